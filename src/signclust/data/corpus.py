@@ -1,0 +1,165 @@
+"""The one corpus format every stage reads and writes.
+
+A corpus lives in one folder:
+
+- ``tokens.csv``  one row per token, in reading order:
+  ``token_id, text_id, line, position, image_index, label, hand``
+  (``label`` and ``hand`` may be empty; ``position`` counts within the text).
+- ``images.npy``  uint8 array (m, H, W): ink is bright (255) on a dark (0)
+  background; identical images are stored once, tokens point at them by
+  ``image_index``.
+- ``meta.json``   source, licence, attribution, counts (texts, tokens, types,
+  images) and whatever the producer wants to record.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from signclust.errors import UserError
+from signclust.io import atomic_dir, atomic_write_text
+
+TOKEN_COLUMNS = ["token_id", "text_id", "line", "position", "image_index", "label", "hand"]
+
+
+@dataclass
+class Corpus:
+    tokens: pd.DataFrame
+    images: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+    # -- construction -----------------------------------------------------
+    @classmethod
+    def from_arrays(cls, images: np.ndarray, labels=None, text_ids=None, hands=None,
+                    meta: dict | None = None, dedupe: bool = True) -> "Corpus":
+        """One token per image row, in the given order. Texts default to one per token."""
+        n = len(images)
+        text_ids = np.arange(n) if text_ids is None else np.asarray(text_ids)
+        position = pd.Series(text_ids).groupby(text_ids).cumcount().to_numpy()
+        if dedupe:
+            uniq, image_index = dedupe_images(images)
+        else:
+            uniq, image_index = np.ascontiguousarray(images, dtype=np.uint8), np.arange(n)
+        tokens = pd.DataFrame({
+            "token_id": np.arange(n),
+            "text_id": [str(t) for t in text_ids],
+            "line": 0,
+            "position": position,
+            "image_index": image_index,
+            "label": [str(x) for x in labels] if labels is not None else "",
+            "hand": [str(x) for x in hands] if hands is not None else "",
+        })
+        corpus = cls(tokens=tokens, images=uniq, meta=dict(meta or {}))
+        corpus.meta.update(corpus.counts())
+        return corpus
+
+    # -- views ------------------------------------------------------------
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return tuple(self.images.shape[1:])
+
+    @property
+    def has_labels(self) -> bool:
+        return bool((self.tokens["label"].astype(str) != "").all()) and self.n_tokens > 0
+
+    def token_images(self) -> np.ndarray:
+        """(n, H, W) uint8, one image per token (a gather; copies)."""
+        return self.images[self.tokens["image_index"].to_numpy()]
+
+    def image_index(self) -> np.ndarray:
+        return self.tokens["image_index"].to_numpy(dtype=np.int64)
+
+    def labels(self) -> np.ndarray:
+        """Gold labels as integer codes (n,), or raise if the corpus has none."""
+        if not self.has_labels:
+            raise UserError("this corpus has no gold labels for every token")
+        return pd.factorize(self.tokens["label"].astype(str), sort=True)[0]
+
+    def texts(self) -> list[np.ndarray]:
+        """Token ids of each text, in reading order (line breaks kept inside a text)."""
+        order = self.tokens.sort_values(["text_id", "position"], kind="stable")
+        return [g["token_id"].to_numpy() for _, g in order.groupby("text_id", sort=False)]
+
+    def counts(self) -> dict:
+        labels = self.tokens["label"].astype(str)
+        return {
+            "texts": int(self.tokens["text_id"].nunique()),
+            "tokens": int(self.n_tokens),
+            "types": int(labels[labels != ""].nunique()),
+            "images": int(len(self.images)),
+        }
+
+    def subset(self, token_ids: np.ndarray) -> "Corpus":
+        """The given tokens (re-numbered 0..k-1), with only the images they use."""
+        tok = self.tokens.iloc[np.asarray(token_ids)].copy()
+        used, new_index = np.unique(tok["image_index"].to_numpy(), return_inverse=True)
+        tok["image_index"] = new_index
+        tok["token_id"] = np.arange(len(tok))
+        out = Corpus(tok.reset_index(drop=True), self.images[used], dict(self.meta))
+        out.meta.update(out.counts())
+        return out
+
+    # -- validation and storage -------------------------------------------
+    def validate(self) -> None:
+        t = self.tokens
+        missing = [c for c in TOKEN_COLUMNS if c not in t.columns]
+        if missing:
+            raise UserError(f"tokens table lacks column(s): {', '.join(missing)}")
+        if self.images.dtype != np.uint8 or self.images.ndim != 3:
+            raise UserError(f"images must be uint8 (m, H, W); got {self.images.dtype} {self.images.shape}")
+        if len(t) == 0:
+            raise UserError("corpus has no tokens")
+        if not np.array_equal(t["token_id"].to_numpy(), np.arange(len(t))):
+            raise UserError("token_id must run 0..n-1 in row order")
+        idx = t["image_index"].to_numpy()
+        if idx.min() < 0 or idx.max() >= len(self.images):
+            raise UserError(f"image_index out of range 0..{len(self.images) - 1}")
+        dup = t.duplicated(["text_id", "position"])
+        if dup.any():
+            row = t[dup].iloc[0]
+            raise UserError(f"duplicate (text_id, position) = ({row.text_id}, {row.position})")
+
+    def save(self, folder: str | Path) -> None:
+        """Write atomically: the folder appears complete or not at all."""
+        self.validate()
+        meta = dict(self.meta)
+        meta.update(self.counts())
+        meta["image_size"] = list(self.image_size)
+        with atomic_dir(folder) as tmp:
+            self.tokens[TOKEN_COLUMNS].to_csv(tmp / "tokens.csv", index=False)
+            np.save(tmp / "images.npy", self.images)
+            atomic_write_text(tmp / "meta.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+
+    @classmethod
+    def load(cls, folder: str | Path, mmap: bool = False) -> "Corpus":
+        folder = Path(folder)
+        for name in ("tokens.csv", "images.npy", "meta.json"):
+            if not (folder / name).exists():
+                raise UserError(f"{folder} is not a corpus folder: {name} is missing")
+        tokens = pd.read_csv(folder / "tokens.csv", dtype={"text_id": str, "label": str, "hand": str},
+                             keep_default_na=False)
+        images = np.load(folder / "images.npy", mmap_mode="r" if mmap else None)
+        meta = json.loads((folder / "meta.json").read_text())
+        corpus = cls(tokens, images, meta)
+        corpus.validate()
+        return corpus
+
+
+def dedupe_images(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique images in first-seen order, and each input's index into them."""
+    images = np.ascontiguousarray(images, dtype=np.uint8)
+    flat = images.reshape(len(images), -1)
+    keys = flat.view(np.dtype((np.void, flat.shape[1])))[:, 0]
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first)                 # unique ids in first-seen order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return images[np.sort(first)], rank[inverse.ravel()]

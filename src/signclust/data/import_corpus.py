@@ -1,0 +1,143 @@
+"""Bring your own corpus: a manifest CSV plus an image folder -> the corpus format.
+
+    python -m signclust.data.import_corpus manifest.csv images/ data/corpora/mine
+
+Manifest columns: ``text_id, position, image`` (a path relative to the image
+folder), optional ``label``, ``hand`` and ``line``. Images of any size and mode
+are converted to grayscale, polarity-normalised to bright ink on a dark
+background, scaled with aspect kept and centred on a square canvas.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image, UnidentifiedImageError
+
+from signclust.data.corpus import Corpus, dedupe_images
+from signclust.errors import UserError, cli_main
+
+REQUIRED = ("text_id", "position", "image")
+
+
+def normalise_image(img: Image.Image, size: int, margin: float = 0.08) -> np.ndarray:
+    """Grayscale, ink bright on dark, cropped to the ink, aspect kept, centred at size x size."""
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(white, rgba)
+    gray = np.asarray(img.convert("L"), dtype=np.float32) / 255.0
+    # the background is the majority tone along the border: make it dark
+    border = np.concatenate([gray[0], gray[-1], gray[:, 0], gray[:, -1]])
+    if np.median(border) > 0.5:
+        gray, border = 1.0 - gray, 1.0 - border
+    gray = np.clip(gray - np.median(border), 0, None)
+    peak = gray.max()
+    if peak > 0:
+        gray = gray / peak
+    ys, xs = np.nonzero(gray > 0.1)
+    if len(ys):
+        gray = gray[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+    h, w = gray.shape
+    inner = max(1, int(round(size * (1 - 2 * margin))))
+    scale = inner / max(h, w)
+    nh, nw = max(1, int(round(h * scale))), max(1, int(round(w * scale)))
+    small = Image.fromarray((gray * 255).astype(np.uint8)).resize((nw, nh), Image.LANCZOS)
+    canvas = np.zeros((size, size), dtype=np.uint8)
+    top, left = (size - nh) // 2, (size - nw) // 2
+    canvas[top:top + nh, left:left + nw] = np.asarray(small)
+    return canvas
+
+
+def read_manifest(path: Path) -> pd.DataFrame:
+    if not path.exists():
+        raise UserError(f"manifest not found: {path}")
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"manifest {path} is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise UserError(f"manifest {path} is not a readable CSV: {err}") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise UserError(f"manifest {path} lacks column(s) {', '.join(missing)} "
+                        f"(needs {', '.join(REQUIRED)}; optional label, hand, line)")
+    if len(df) == 0:
+        raise UserError(f"manifest {path} has no rows")
+    return df
+
+
+def import_corpus(manifest: Path, image_dir: Path, size: int = 48, name: str | None = None) -> Corpus:
+    df = read_manifest(manifest)
+    image_dir = image_dir.resolve()
+    if not image_dir.is_dir():
+        raise UserError(f"image folder not found: {image_dir}")
+    # manifest row numbers as a person sees them in an editor: header is line 1
+    row_no = lambda i: i + 2  # noqa: E731
+    positions = pd.to_numeric(df["position"], errors="coerce")
+    bad = positions.isna() | (positions % 1 != 0) | (positions < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise UserError(f"manifest row {row_no(i)}: position '{df['position'].iloc[i]}' is not a whole number >= 0")
+    df["position"] = positions.astype(np.int64)
+    dup = df.duplicated(["text_id", "position"])
+    if dup.any():
+        i = int(np.flatnonzero(dup.to_numpy())[0])
+        raise UserError(f"manifest row {row_no(i)}: duplicate (text_id, position) = "
+                        f"({df['text_id'].iloc[i]}, {df['position'].iloc[i]})")
+    images = []
+    for i, rel in enumerate(df["image"]):
+        if not rel:
+            raise UserError(f"manifest row {row_no(i)}: empty image path")
+        path = (image_dir / rel).resolve()
+        if not path.is_relative_to(image_dir):
+            raise UserError(f"manifest row {row_no(i)}: image path '{rel}' escapes the image folder")
+        if not path.is_file():
+            raise UserError(f"manifest row {row_no(i)}: image '{rel}' not found in {image_dir}")
+        try:
+            with Image.open(path) as img:
+                img.load()
+                images.append(normalise_image(img, size))
+        except (UnidentifiedImageError, OSError) as err:
+            raise UserError(f"manifest row {row_no(i)}: image '{rel}' is unreadable ({err.__class__.__name__})") from None
+    uniq, image_index = dedupe_images(np.stack(images))
+    df = df.assign(_order=np.arange(len(df))).sort_values(["text_id", "position", "_order"], kind="stable")
+    tokens = pd.DataFrame({
+        "token_id": np.arange(len(df)),
+        "text_id": df["text_id"].to_numpy(),
+        "line": pd.to_numeric(df["line"], errors="coerce").fillna(0).astype(int).to_numpy() if "line" in df else 0,
+        "position": df["position"].to_numpy(),
+        "image_index": image_index[df["_order"].to_numpy()],
+        "label": df["label"].to_numpy() if "label" in df else "",
+        "hand": df["hand"].to_numpy() if "hand" in df else "",
+    })
+    meta = {"name": name or manifest.stem, "source": f"imported from {manifest.name}",
+            "licence": "as provided by the user", "attribution": "user corpus",
+            "import": {"manifest": str(manifest), "image_dir": str(image_dir), "image_size": size}}
+    corpus = Corpus(tokens, uniq, meta)
+    corpus.meta.update(corpus.counts())
+    return corpus
+
+
+@cli_main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("manifest", type=Path)
+    ap.add_argument("image_dir", type=Path)
+    ap.add_argument("out", type=Path, help="corpus folder to write (e.g. data/corpora/mine)")
+    ap.add_argument("--size", type=int, default=48, help="output image size in pixels (default 48)")
+    ap.add_argument("--name", help="corpus name recorded in meta.json (default: manifest file name)")
+    args = ap.parse_args(argv)
+    if not 8 <= args.size <= 256:
+        raise UserError("--size must be between 8 and 256")
+    corpus = import_corpus(args.manifest, args.image_dir, args.size, args.name)
+    corpus.save(args.out)
+    c = corpus.counts()
+    print(f"imported {c['tokens']} tokens in {c['texts']} texts ({c['images']} distinct images, "
+          f"{c['types']} labelled types) -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

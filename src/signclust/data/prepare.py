@@ -1,0 +1,97 @@
+"""Stage `prepare`: build a built-in corpus (real sign sequences, rendered in scribal hands).
+
+    python -m signclust.data.prepare lineara
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from signclust import tracking
+from signclust.config import REPO_ROOT, section
+from signclust.data import sources
+from signclust.data.contact_sheet import contact_sheet
+from signclust.data.corpus import Corpus, dedupe_images
+from signclust.data.fonts import FONT_FILES, SCRIPT_FONTS
+from signclust.data.render import Renderer
+from signclust.errors import UserError, cli_main
+
+BUILTIN = ("lineara", "cypriot", "akkadian")
+
+
+def load_sequences(name: str, cfg: dict, seed: int):
+    if name == "lineara":
+        return sources.lineara(include_numerals=cfg.get("include_numerals", False))
+    if name == "cypriot":
+        return sources.cypriot()
+    if name == "akkadian":
+        return sources.akkadian(int(cfg["n_tokens"]), seed)
+    raise UserError(f"unknown built-in corpus '{name}'; known: {', '.join(BUILTIN)}")
+
+
+def build(name: str, params: dict, progress: bool = True) -> Corpus:
+    cfg = params["corpora"][name]
+    seed = int(params["seed"])
+    texts, info = load_sequences(name, cfg, seed)
+    texts_meta = info.pop("texts_meta", [{} for _ in texts])
+    renderer = Renderer(name, {**params["render"], "image_size": params["image_size"]}, seed)
+    rows, images = [], []
+    n_total = sum(len(line) for text in texts for line in text)
+    bar = tqdm(total=n_total, desc=f"render {name}", unit="tok", disable=not progress, mininterval=1)
+    for t, (text, tmeta) in enumerate(zip(texts, texts_meta)):
+        text_id = tmeta.get("id", f"{name}-{t:05d}")
+        # texts by a known scribe share that scribe's hand; otherwise a text is its own hand
+        hand_id = tmeta.get("scribe") or f"text:{text_id}"
+        position = 0
+        for line_no, line in enumerate(text):
+            for ch in line:
+                images.append(renderer.token(ch, hand_id, f"{text_id}/{position}"))
+                rows.append((len(rows), text_id, line_no, position, sources.sign_label(ch), hand_id))
+                position += 1
+            bar.update(len(line))
+    bar.close()
+    uniq, image_index = dedupe_images(np.stack(images))
+    tokens = pd.DataFrame(rows, columns=["token_id", "text_id", "line", "position", "label", "hand"])
+    tokens["image_index"] = image_index
+    fonts = {f: {"package": FONT_FILES[f][0], "licence": FONT_FILES[f][1]} for f in SCRIPT_FONTS[name]}
+    meta = {"name": name, **info, "fonts": fonts, "render": params["render"], "seed": seed,
+            "hands": int(tokens["hand"].nunique())}
+    corpus = Corpus(tokens, uniq, meta)
+    corpus.meta.update(corpus.counts())
+    return corpus
+
+
+@cli_main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("corpus", help=f"one of {', '.join(BUILTIN)}")
+    ap.add_argument("--out", help="output folder (default data/corpora/<corpus>)")
+    ap.add_argument("--sheet", help="contact sheet PNG (default reports/figures/contact_<corpus>.png)")
+    args = ap.parse_args(argv)
+    params = section("prepare")
+    out = Path(args.out or REPO_ROOT / "data" / "corpora" / args.corpus)
+    sheet = Path(args.sheet or REPO_ROOT / "reports" / "figures" / f"contact_{args.corpus}.png")
+    t0 = time.time()
+    corpus = build(args.corpus, params)
+    corpus.save(out)
+    contact_sheet(corpus, sheet, n_types=int(params["sheet_types"]), per_type=int(params["sheet_tokens"]),
+                  title=f"{args.corpus}: {corpus.meta['tokens']} tokens, {corpus.meta['types']} types")
+    seconds = time.time() - t0
+    counts = corpus.counts()
+    print(f"{args.corpus}: {counts['texts']} texts, {counts['tokens']} tokens, {counts['types']} types, "
+          f"{counts['images']} images, {corpus.meta['hands']} hands -> {out} ({seconds:.1f}s)")
+    with tracking.run("prepare", args.corpus) as run:
+        run.log_params({"corpus": args.corpus, **params["corpora"][args.corpus], "render": params["render"],
+                        "image_size": params["image_size"], "seed": params["seed"]})
+        run.log_metrics({**counts, "hands": corpus.meta["hands"], "seconds": seconds})
+        run.log_artifact(out / "meta.json")
+        run.log_artifact(sheet)
+
+
+if __name__ == "__main__":
+    main()

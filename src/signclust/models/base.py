@@ -1,0 +1,88 @@
+"""The one interface every clusterer implements, ours and the baselines.
+
+A clusterer is built from its params.yaml slice, fitted on a corpus, and returns
+a per-token assignment plus a per-token representation (what the fixed-K
+protocol runs Ward on). The registry maps method names (as used in params.yaml,
+dvc.yaml and the tables) to classes.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from signclust.data.corpus import Corpus
+from signclust.errors import UserError
+
+
+@dataclass
+class ClusterResult:
+    labels: np.ndarray                      # (n_tokens,) int64 type id per token
+    embedding: np.ndarray                   # (n_tokens, e) float32 token representation
+    info: dict = field(default_factory=dict)  # e.g. inferred K, final losses, wall time
+
+    def __post_init__(self):
+        self.labels = np.asarray(self.labels, dtype=np.int64)
+        self.embedding = np.asarray(self.embedding, dtype=np.float32)
+        if self.embedding.ndim == 1:
+            self.embedding = self.embedding[:, None]
+        if len(self.labels) != len(self.embedding):
+            raise ValueError("labels and embedding disagree on the number of tokens")
+
+    @property
+    def k_found(self) -> int:
+        return int(len(np.unique(self.labels)))
+
+
+@dataclass
+class FitContext:
+    """What a clusterer may know besides the images: used by methods that need it."""
+    seed: int = 0
+    n_clusters: int | None = None           # K_true for methods that must be told K; None otherwise
+    device: str = "auto"
+    distances: object | None = None         # a signclust.distances.provider.DistanceProvider, if built
+    knn: tuple[np.ndarray, np.ndarray] | None = None  # (indices, distances) over images, if built
+    progress: bool = True
+    log_metrics: object | None = None       # callable(dict, step) for per-epoch metrics (MLflow)
+    checkpoint_dir: str | None = None       # where a long fit may checkpoint and resume
+
+
+class Clusterer(ABC):
+    name: str = "base"
+    needs_k: bool = False                   # True: must be given K_true (parametric methods)
+
+    def __init__(self, **params):
+        self.params = params
+
+    @abstractmethod
+    def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
+        ...
+
+
+REGISTRY: dict[str, type[Clusterer]] = {}
+
+
+def register(cls: type[Clusterer]) -> type[Clusterer]:
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_clusterer(name: str, **params) -> Clusterer:
+    _import_all()
+    if name not in REGISTRY:
+        raise UserError(f"unknown method '{name}'; known: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name](**params)
+
+
+def _import_all() -> None:
+    """Import every model module so that their @register decorators run."""
+    import importlib
+    import pkgutil
+
+    import signclust.models as models_pkg
+    import signclust.models.baselines as baselines_pkg
+    for pkg in (models_pkg, baselines_pkg):
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            if not mod.name.startswith("_") and mod.name not in ("base",):
+                importlib.import_module(f"{pkg.__name__}.{mod.name}")
