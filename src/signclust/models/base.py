@@ -86,3 +86,32 @@ def _import_all() -> None:
         for mod in pkgutil.iter_modules(pkg.__path__):
             if not mod.name.startswith("_") and mod.name not in ("base",):
                 importlib.import_module(f"{pkg.__name__}.{mod.name}")
+
+
+# -- stored results: models/runs/<method>/<corpus>/seed<k>/ -------------------------------------
+# assignment.csv  token_id,type        embedding.npy  (n, e) float32        info.json  method info
+
+def save_result(result: ClusterResult, folder, extra_info: dict | None = None) -> None:
+    """Write one fit's outputs atomically (the folder appears complete or not at all)."""
+    import pandas as pd
+
+    from signclust.io import atomic_dir, write_json
+    with atomic_dir(folder) as tmp:
+        pd.DataFrame({"token_id": np.arange(len(result.labels)), "type": result.labels}).to_csv(
+            tmp / "assignment.csv", index=False)
+        np.save(tmp / "embedding.npy", result.embedding)
+        write_json(tmp / "info.json", {**result.info, **(extra_info or {}), "k_found": result.k_found})
+
+
+def load_result(folder) -> ClusterResult:
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+    folder = Path(folder)
+    for name in ("assignment.csv", "embedding.npy", "info.json"):
+        if not (folder / name).exists():
+            raise UserError(f"{folder} is not a run folder: {name} is missing")
+    assignment = pd.read_csv(folder / "assignment.csv")
+    return ClusterResult(assignment["type"].to_numpy(), np.load(folder / "embedding.npy"),
+                         json.loads((folder / "info.json").read_text()))
