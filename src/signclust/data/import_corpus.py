@@ -28,7 +28,13 @@ def normalise_image(img: Image.Image, size: int, margin: float = 0.08) -> np.nda
         rgba = img.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         img = Image.alpha_composite(white, rgba)
-    gray = np.asarray(img.convert("L"), dtype=np.float32) / 255.0
+    if img.mode in ("I", "F") or img.mode.startswith("I;16"):
+        # convert("L") clips 16-bit and float images at 255: stretch their own range instead
+        x = np.asarray(img, dtype=np.float32)
+        lo, hi = float(x.min()), float(x.max())
+        gray = (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+    else:
+        gray = np.asarray(img.convert("L"), dtype=np.float32) / 255.0
     # the background is the majority tone along the border: make it dark
     border = np.concatenate([gray[0], gray[-1], gray[:, 0], gray[:, -1]])
     if np.median(border) > 0.5:

@@ -33,8 +33,8 @@ def _l1_sums(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 
 def l1_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Exact integer sums of |a_i - b_j| for uint8 rows: (n, m) int64."""
-    a = np.ascontiguousarray(a.reshape(len(a), -1), dtype=np.uint8)
-    b = np.ascontiguousarray(b.reshape(len(b), -1), dtype=np.uint8)
+    a = np.ascontiguousarray(a.reshape(len(a), int(np.prod(a.shape[1:]))), dtype=np.uint8)
+    b = np.ascontiguousarray(b.reshape(len(b), int(np.prod(b.shape[1:]))), dtype=np.uint8)
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"image sizes differ: {a.shape[1]} vs {b.shape[1]} pixels")
     out = np.empty((len(a), len(b)), dtype=np.int64)
@@ -62,7 +62,14 @@ def knn_from_block(block: np.ndarray, start: int, k: int) -> tuple[np.ndarray, n
     rows = np.arange(len(block))
     block[rows, start + rows] = np.inf
     k = min(k, block.shape[1] - 1)
-    part = np.argpartition(block, k - 1, axis=1)[:, :k] if k > 0 else np.zeros((len(block), 0), int)
+    if k <= 0:
+        return np.zeros((len(block), 0), np.int64), np.zeros((len(block), 0), block.dtype)
+    # keep everything below the k-th distance, then the lowest-index ties at it
+    kth = np.partition(block, k - 1, axis=1)[:, k - 1:k]
+    less, tie = block < kth, block == kth
+    need = k - less.sum(1, keepdims=True)
+    take = less | (tie & (np.cumsum(tie, 1) <= need))
+    part = np.nonzero(take)[1].reshape(len(block), k)
     dist = np.take_along_axis(block, part, 1)
     # stable order: by distance, then by index, so results do not depend on argpartition internals
     order = np.lexsort((part, dist), axis=1)

@@ -1,0 +1,158 @@
+"""Stage `evaluate`: score every seed of one method on one corpus, both protocols of SPEC §5.
+
+    python -m signclust.evaluation.evaluate kmeans cypriot
+
+Reads the corpus and every run folder models/runs/<method>/<corpus>/seed*/ and writes
+reports/metrics/<method>_<corpus>.json (a DVC metrics file): per seed the native scores of
+the method's own assignment, the fixed-K scores (Ward on its embedding at K_true + offsets)
+and its wall time; over seeds the mean and std of each. Also logged to MLflow
+(experiment ``evaluate``, run ``<method>/<corpus>``).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+
+from signclust import tracking
+from signclust.config import REPO_ROOT, load_params
+from signclust.data.corpus import Corpus
+from signclust.errors import UserError, cli_main
+from signclust.evaluation.metrics import FIXED_K_OFFSETS, fixed_k_scores, score
+from signclust.io import write_json
+from signclust.models.base import load_result
+
+DEFAULTS = {
+    "pca_dims": 64,     # Ward on a wider embedding is slow on lineara (6.7k tokens); PCA first
+    "std_ddof": 1,      # sample std over seeds (0 = population std)
+    "fixed_k_offsets": list(FIXED_K_OFFSETS),
+}
+
+# scalar metrics that get a mean and std over seeds, in table order
+NATIVE_KEYS = ("v_measure", "homogeneity", "completeness", "nmi", "ari", "acc", "purity", "k_found")
+FIXED_KEYS = ("fixed_k_v_measure", "fixed_k_v_at_ktrue")
+TIME_KEYS = ("seconds", "wall_s")   # wall time of the fit in info.json, first one present wins
+
+
+def config(params: dict | None = None) -> dict:
+    """DEFAULTS overlaid with params.yaml's ``evaluate`` section, when there is one."""
+    params = load_params() if params is None else params
+    return {**DEFAULTS, **(params.get("evaluate") or {})}
+
+
+def seed_folders(runs_dir: Path) -> list[tuple[int, Path]]:
+    """(seed, folder) for every complete-looking seed<k>/ folder, by seed number."""
+    found = []
+    for path in Path(runs_dir).glob("seed*"):
+        match = re.fullmatch(r"seed(\d+)", path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def reduce_embedding(embedding: np.ndarray, max_dims: int, seed: int = 0) -> tuple[np.ndarray, dict]:
+    """PCA to at most ``max_dims`` dimensions when wider; the note says what was done."""
+    x = np.asarray(embedding, dtype=np.float64)
+    if not np.isfinite(x).all():
+        raise UserError("embedding contains NaN or infinite values")
+    note = {"dims": int(x.shape[1]), "reduced_to": int(x.shape[1]), "reduction": "none"}
+    if max_dims and x.shape[1] > max_dims:
+        from sklearn.decomposition import PCA
+        dims = int(min(max_dims, x.shape[0], x.shape[1]))
+        x = PCA(n_components=dims, random_state=seed).fit_transform(x)
+        note.update(reduced_to=dims, reduction="pca")
+    return x, note
+
+
+def wall_time(info: dict) -> float | None:
+    for key in TIME_KEYS:
+        if isinstance(info.get(key), (int, float)):
+            return float(info[key])
+    return None
+
+
+def evaluate_seed(gold: np.ndarray, folder: Path, cfg: dict, seed: int) -> dict:
+    """Both protocols for one run folder."""
+    result = load_result(folder)
+    if len(result.labels) != len(gold):
+        raise UserError(f"{folder}: {len(result.labels)} assigned tokens, corpus has {len(gold)}")
+    out = score(gold, result.labels)
+    emb, note = reduce_embedding(result.embedding, int(cfg["pca_dims"]), seed)
+    out.update(fixed_k_scores(gold, emb, offsets=tuple(cfg["fixed_k_offsets"])))
+    out["embedding"] = note
+    seconds = wall_time(result.info)
+    if seconds is not None:
+        out["seconds"] = seconds
+    return out
+
+
+def summarise(per_seed: dict[str, dict], ddof: int) -> tuple[dict, dict]:
+    """Mean and std over seeds of each scalar metric (over the seeds that report it)."""
+    mean, std = {}, {}
+    for key in NATIVE_KEYS + FIXED_KEYS + ("seconds",):
+        values = [s[key] for s in per_seed.values() if key in s]
+        if not values:
+            continue
+        mean[key] = float(np.mean(values))
+        # one seed has no spread to report: 0 (n_seeds in the file says how much to trust it)
+        std[key] = float(np.std(values, ddof=ddof)) if len(values) > ddof else 0.0
+    return mean, std
+
+
+def evaluate(corpus: Corpus, runs_dir: Path, cfg: dict, method: str = "", corpus_name: str = "") -> dict:
+    """The metrics document for one method on one corpus."""
+    if not corpus.has_labels:
+        raise UserError(f"corpus '{corpus_name or corpus.meta.get('name', '?')}' has no gold labels "
+                        "for every token; evaluate needs a labelled (benchmark) corpus")
+    gold = corpus.labels()
+    folders = seed_folders(runs_dir)
+    if not folders:
+        raise UserError(f"no run folders seed*/ under {runs_dir}; run the method first")
+    per_seed = {f"seed{seed}": evaluate_seed(gold, folder, cfg, seed) for seed, folder in folders}
+    mean, std = summarise(per_seed, int(cfg["std_ddof"]))
+    first = next(iter(per_seed.values()))
+    return {
+        "method": method, "corpus": corpus_name,
+        "n_seeds": len(per_seed), "seeds": [seed for seed, _ in folders],
+        "n_tokens": int(len(gold)), "k_true": int(first["k_true"]),
+        "std_ddof": int(cfg["std_ddof"]),
+        "fixed_k_offsets": [int(o) for o in cfg["fixed_k_offsets"]],
+        "embedding": first["embedding"],   # same method, same width for every seed
+        "mean": mean, "std": std, "per_seed": per_seed,
+    }
+
+
+def metrics_path(reports_dir: Path, method: str, corpus: str) -> Path:
+    return Path(reports_dir) / "metrics" / f"{method}_{corpus}.json"
+
+
+@cli_main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("method")
+    ap.add_argument("corpus")
+    ap.add_argument("--corpus-dir", help="default data/corpora/<corpus>")
+    ap.add_argument("--runs-dir", help="default models/runs/<method>/<corpus>")
+    ap.add_argument("--out", help="default reports/metrics/<method>_<corpus>.json")
+    args = ap.parse_args(argv)
+    cfg = config()
+    corpus = Corpus.load(args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus, mmap=True)
+    runs_dir = Path(args.runs_dir or REPO_ROOT / "models" / "runs" / args.method / args.corpus)
+    out = Path(args.out or metrics_path(REPO_ROOT / "reports", args.method, args.corpus))
+    doc = evaluate(corpus, runs_dir, cfg, args.method, args.corpus)
+    write_json(out, doc)
+    m, s = doc["mean"], doc["std"]
+    print(f"{args.method}/{args.corpus}: {doc['n_seeds']} seed(s), V = {m['v_measure']:.3f} ± {s['v_measure']:.3f}, "
+          f"fixed-K V = {m['fixed_k_v_measure']:.3f} ± {s['fixed_k_v_measure']:.3f}, "
+          f"K {m['k_found']:.1f} vs {doc['k_true']} -> {out}")
+    with tracking.run("evaluate", f"{args.method}/{args.corpus}") as run:
+        run.log_params({"method": args.method, "corpus": args.corpus, "n_seeds": doc["n_seeds"],
+                        "embedding": doc["embedding"], **cfg})
+        run.log_metrics({"mean": m, "std": s})
+        run.log_artifact(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Shared test setup: quiet, small and reproducible.
+
+Environment (set before anything from signclust is imported, and inherited by the
+subprocesses the CLI tests start): no MLflow logging, numba limited to 2 threads.
+
+Fixtures
+--------
+``tiny_corpus``   a *factory*: ``tiny_corpus(per_type=8, n_texts=4, size=32, ...)`` returns a
+                  labelled :class:`~signclust.data.corpus.Corpus` of a few very different shapes
+                  (bar, column, ring, cross, ...) with small noise, spread over a few texts.
+``tiny``          ``tiny_corpus()`` with the defaults (a ready Corpus).
+``saved_corpus``  a factory that saves a corpus to a fresh folder and returns the folder.
+``run_cli``       runs ``python -m <module> args...`` with this interpreter, returns CompletedProcess.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ["SIGNCLUST_MLFLOW"] = "0"
+os.environ["SIGNCLUST_THREADS"] = "2"
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image, ImageDraw  # noqa: E402
+
+from signclust.data.corpus import Corpus  # noqa: E402
+
+SHAPES = ("bar", "column", "ring", "cross", "triangle", "dot")
+
+
+def draw_shape(shape: str, size: int = 32, width: int | None = None) -> np.ndarray:
+    """One clean glyph, uint8 (size, size), ink 255 on 0."""
+    img = Image.new("L", (size, size), 0)
+    d = ImageDraw.Draw(img)
+    w = width or max(2, size // 10)
+    lo, hi, mid = size // 6, size - 1 - size // 6, size // 2
+    if shape == "bar":
+        d.rectangle([lo, mid - w, hi, mid + w], fill=255)
+    elif shape == "column":
+        d.rectangle([mid - w, lo, mid + w, hi], fill=255)
+    elif shape == "ring":
+        d.ellipse([lo, lo, hi, hi], outline=255, width=w)
+    elif shape == "cross":
+        d.line([lo, lo, hi, hi], fill=255, width=w)
+        d.line([lo, hi, hi, lo], fill=255, width=w)
+    elif shape == "triangle":
+        d.polygon([(mid, lo), (hi, hi), (lo, hi)], outline=255, width=w)
+    elif shape == "dot":
+        d.ellipse([mid - 2 * w, mid - 2 * w, mid + 2 * w, mid + 2 * w], fill=255)
+    else:
+        raise ValueError(shape)
+    return np.asarray(img, dtype=np.uint8)
+
+
+def make_tiny_corpus(n_types: int = 4, per_type: int = 8, n_texts: int = 4, size: int = 32,
+                     noise: float = 12.0, shift: int = 1, duplicates: int = 0, seed: int = 0) -> Corpus:
+    """Labelled synthetic corpus: ``n_types`` shapes x ``per_type`` noisy tokens, shuffled into texts.
+
+    ``duplicates`` > 0 appends that many exact copies of earlier tokens' images (tokens sharing an
+    image). Token order is shuffled; texts are assigned round-robin, hands are per text.
+    """
+    if not 1 <= n_types <= len(SHAPES):
+        raise ValueError(f"n_types must be 1..{len(SHAPES)}")
+    rng = np.random.default_rng(seed)
+    images, labels = [], []
+    for t in range(n_types):
+        clean = draw_shape(SHAPES[t], size).astype(np.float64)
+        for _ in range(per_type):
+            dy, dx = rng.integers(-shift, shift + 1, size=2)
+            img = np.roll(clean, (dy, dx), axis=(0, 1)) + rng.normal(0, noise, clean.shape)
+            images.append(np.clip(np.rint(img), 0, 255).astype(np.uint8))
+            labels.append(SHAPES[t])
+    order = rng.permutation(len(images))
+    images = [images[i] for i in order]
+    labels = [labels[i] for i in order]
+    for _ in range(duplicates):
+        j = int(rng.integers(len(images)))
+        images.append(images[j].copy())
+        labels.append(labels[j])
+    n = len(images)
+    text_ids = [f"T{i % n_texts}" for i in range(n)]
+    hands = [f"hand{i % n_texts}" for i in range(n)]
+    return Corpus.from_arrays(np.stack(images), labels=labels, text_ids=text_ids, hands=hands,
+                              meta={"name": "tiny", "source": "synthetic (tests)", "licence": "n/a",
+                                    "attribution": "tests"})
+
+
+@pytest.fixture
+def tiny_corpus():
+    """Factory fixture: ``tiny_corpus(**kwargs)`` -> Corpus (see :func:`make_tiny_corpus`)."""
+    return make_tiny_corpus
+
+
+@pytest.fixture
+def tiny() -> Corpus:
+    return make_tiny_corpus()
+
+
+@pytest.fixture
+def saved_corpus(tmp_path):
+    """Factory: ``saved_corpus(corpus, name="c")`` saves under tmp_path/corpora/<name>, returns the folder."""
+    def save(corpus: Corpus, name: str = "c") -> Path:
+        folder = tmp_path / "corpora" / name
+        corpus.save(folder)
+        return folder
+    return save
+
+
+@pytest.fixture
+def run_cli():
+    """``run_cli("signclust.data.import_corpus", arg, ...)`` -> CompletedProcess (text, captured)."""
+    def run(module: str, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
+                              text=True, timeout=timeout, env=dict(os.environ))
+    return run

@@ -1,0 +1,242 @@
+"""Metrics on hand-computed cases, the evaluate stage end to end, the comparison table, the inventory."""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from signclust.data.corpus import Corpus
+from signclust.errors import UserError
+from signclust.evaluation import evaluate as ev
+from signclust.evaluation.metrics import clustering_accuracy, fixed_k_scores, purity, score
+from signclust.models.base import ClusterResult, save_result
+from signclust.reports import inventory, table
+
+
+@pytest.fixture(autouse=True)
+def no_mlflow(monkeypatch):
+    monkeypatch.setenv("SIGNCLUST_MLFLOW", "0")
+
+
+# -- metrics on known inputs -----------------------------------------------------------------------
+
+def test_perfect_clustering_scores_one():
+    gold = np.array([0, 0, 1, 1, 2, 2])
+    s = score(gold, gold)
+    for key in ("v_measure", "homogeneity", "completeness", "nmi", "ari", "acc", "purity"):
+        assert s[key] == pytest.approx(1.0)
+    assert s["k_found"] == s["k_true"] == 3
+
+
+def test_permuted_labelling_is_still_perfect():
+    gold = np.array([0, 0, 1, 1, 2, 2])
+    pred = np.array([7, 7, 3, 3, 5, 5])
+    s = score(gold, pred)
+    assert s["acc"] == pytest.approx(1.0)
+    assert s["v_measure"] == pytest.approx(1.0)
+
+
+def test_rectangular_accuracy_and_purity_by_hand():
+    # gold 2 classes, 3 found types. Contingency (gold x pred): [[2, 1, 0], [0, 1, 2]].
+    # Best one-to-one map: g0->p0 (2) and g1->p2 (2): ACC = 4/6. Purity: (2 + 1 + 2)/6.
+    gold = np.array([0, 0, 0, 1, 1, 1])
+    pred = np.array([0, 0, 1, 1, 2, 2])
+    assert clustering_accuracy(gold, pred) == pytest.approx(4 / 6)
+    assert purity(gold, pred) == pytest.approx(5 / 6)
+    # the other way round (K found < K true): 3 gold, 2 found; best map covers 2 + 2 of 6
+    assert clustering_accuracy(pred, gold) == pytest.approx(4 / 6)
+
+
+def test_v_measure_from_entropies_2x2():
+    gold = np.array([0, 0, 1, 1])
+    pred = np.array([0, 0, 0, 1])
+    ent = lambda *p: -sum(x * math.log(x) for x in p if x > 0)  # noqa: E731
+    h_c, h_k = ent(0.5, 0.5), ent(0.75, 0.25)
+    h_c_given_k = 0.75 * ent(2 / 3, 1 / 3)      # cluster 0 holds {0, 0, 1}; cluster 1 is pure
+    h_k_given_c = 0.5 * ent(0.5, 0.5)           # class 0 all in cluster 0; class 1 split evenly
+    hom, comp = 1 - h_c_given_k / h_c, 1 - h_k_given_c / h_k
+    s = score(gold, pred)
+    assert s["homogeneity"] == pytest.approx(hom)
+    assert s["completeness"] == pytest.approx(comp)
+    assert s["v_measure"] == pytest.approx(2 * hom * comp / (hom + comp))
+    assert s["acc"] == pytest.approx(3 / 4)
+    assert s["purity"] == pytest.approx(3 / 4)
+
+
+def test_fixed_k_on_separated_blobs():
+    from sklearn.datasets import make_blobs
+    x, gold = make_blobs(n_samples=400, centers=20, n_features=8, cluster_std=0.05,
+                         center_box=(-50, 50), random_state=0)
+    out = fixed_k_scores(gold, x)
+    assert out["fixed_k_v_at_ktrue"] == pytest.approx(1.0, abs=1e-9)
+    assert set(out["fixed_k_per_k"]) == {"5", "10", "15", "20", "25", "30", "35"}
+    assert fixed_k_scores(gold, x, offsets=(0,))["fixed_k_v_measure"] == pytest.approx(1.0)
+
+
+# -- evaluate stage ------------------------------------------------------------------------------
+
+def tiny_corpus(labelled: bool = True) -> Corpus:
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(12, 48, 48), dtype=np.uint8)
+    labels = list("AAAABBBBCCCC") if labelled else None
+    return Corpus.from_arrays(images, labels=labels, text_ids=[i // 3 for i in range(12)],
+                              meta={"name": "tiny"})
+
+
+def blob_embedding(gold: np.ndarray, dims: int, seed: int) -> np.ndarray:
+    """Well-separated class blobs, wider than pca_dims so the reduction is exercised."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(gold.max() + 1, dims)) * 20
+    return centers[gold] + rng.normal(size=(len(gold), dims)) * 0.01
+
+
+def test_evaluate_stage_end_to_end(tmp_path):
+    corpus = tiny_corpus()
+    corpus.save(tmp_path / "corpus")
+    gold = corpus.labels()
+    runs = tmp_path / "runs"
+    seed_labels = {0: gold.copy(), 1: np.array([0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2])}
+    for seed, labels in seed_labels.items():
+        save_result(ClusterResult(labels, blob_embedding(gold, 70, seed)), runs / f"seed{seed}",
+                    {"seconds": 1.0 + 2 * seed})
+    out = tmp_path / "metrics" / "m_tiny.json"
+    ev.main(["m", "tiny", "--corpus-dir", str(tmp_path / "corpus"), "--runs-dir", str(runs), "--out", str(out)])
+    doc = json.loads(out.read_text())
+
+    assert doc["n_seeds"] == 2 and doc["seeds"] == [0, 1] and doc["k_true"] == 3
+    s1 = score(gold, seed_labels[1])
+    for key in ("v_measure", "nmi", "ari", "acc", "purity"):
+        values = [1.0, s1[key]]
+        assert doc["mean"][key] == pytest.approx(np.mean(values), abs=1e-12)
+        assert doc["std"][key] == pytest.approx(np.std(values, ddof=1), abs=1e-12)
+    assert doc["per_seed"]["seed1"]["v_measure"] == pytest.approx(s1["v_measure"])
+    assert doc["mean"]["seconds"] == pytest.approx(2.0)
+    assert doc["std"]["seconds"] == pytest.approx(math.sqrt(2.0))
+    # blobs: Ward recovers the classes at K_true for both seeds
+    assert doc["mean"]["fixed_k_v_at_ktrue"] == pytest.approx(1.0)
+    assert doc["embedding"] == {"dims": 70, "reduced_to": 12, "reduction": "pca"}   # 12 tokens bound PCA
+
+
+def test_evaluate_needs_gold_labels(tmp_path):
+    corpus = tiny_corpus(labelled=False)
+    save_result(ClusterResult(np.zeros(12), np.zeros((12, 2))), tmp_path / "seed0")
+    with pytest.raises(UserError, match="no gold labels"):
+        ev.evaluate(corpus, tmp_path, ev.config({}))
+
+
+def test_evaluate_without_runs_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no run folders"):
+        ev.evaluate(tiny_corpus(), tmp_path, ev.config({}))
+
+
+def test_narrow_embedding_is_not_reduced():
+    x, note = ev.reduce_embedding(np.ones((5, 3)), 64)
+    assert x.shape == (5, 3) and note["reduction"] == "none"
+
+
+# -- comparison table ------------------------------------------------------------------------------
+
+def metrics_doc(method, corpus, v, v_std, seconds=None):
+    mean = {"v_measure": v, "nmi": 0.5, "ari": 0.25, "acc": 0.6, "purity": 0.7, "k_found": 12.0,
+            "fixed_k_v_measure": 0.8}
+    std = {k: 0.0 for k in mean} | {"v_measure": v_std}
+    if seconds is not None:
+        mean["seconds"], std["seconds"] = seconds, 0.5
+    return {"method": method, "corpus": corpus, "n_seeds": 3, "k_true": 10, "n_tokens": 100,
+            "mean": mean, "std": std}
+
+
+def test_table_numbers_and_order(tmp_path):
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    docs = [metrics_doc("alpha", "cyp", 0.75, 0.25, seconds=12.34), metrics_doc("zeta", "cyp", 0.5, 0.125),
+            metrics_doc("alpha", "lin", 0.3333, 0.0)]
+    for d in docs:
+        (metrics / f"{d['method']}_{d['corpus']}.json").write_text(json.dumps(d))
+    text = table.build(metrics, tmp_path / "comparison.md", tmp_path / "fig.png", preferred=["zeta"])
+    assert "## cyp" in text and "## lin" in text and "K true = 10" in text
+    assert "**0.750 ± 0.250**" in text          # best V-measure of cyp in bold
+    assert "0.500 ± 0.125" in text and "0.333 ± 0.000" in text
+    assert "12.3 ± 0.5" in text and "12.0 ± 0.0" in text
+    cyp = text.split("## cyp")[1].split("## lin")[0]
+    assert cyp.index("| zeta |") < cyp.index("| alpha |")        # params order first
+    zeta_row = next(line for line in cyp.splitlines() if line.startswith("| zeta |"))
+    assert zeta_row.endswith("| – |")                            # no wall time recorded
+    assert (tmp_path / "comparison.md").read_text() == text
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_without_metrics_is_a_user_error(tmp_path):
+    with pytest.raises(UserError):
+        table.build(tmp_path, tmp_path / "c.md", None, None)
+
+
+# -- inventory -------------------------------------------------------------------------------------
+
+def glyph(kind: str, rng) -> np.ndarray:
+    img = np.zeros((48, 48), dtype=np.uint8)
+    off = rng.integers(-2, 3)
+    if kind == "a":
+        img[22 + off:26 + off, 8:40] = 255          # horizontal bar
+    elif kind == "b":
+        img[8:40, 22 + off:26 + off] = 255          # vertical bar
+    else:
+        for i in range(8, 40):
+            img[i, max(0, i - 2 + off):i + 2 + off] = 255   # diagonal
+    return img
+
+
+@pytest.fixture
+def inventory_case(tmp_path):
+    """Sign a split over found types 0 and 2; type 1 merges b and c (purity 0.5)."""
+    rng = np.random.default_rng(1)
+    signs = list("aaaaaa" + "bbbccc" + "aaaa")
+    found = [0] * 6 + [1] * 6 + [2] * 4
+    images = np.stack([glyph(s, rng) for s in signs])
+    corpus = Corpus.from_arrays(images, labels=signs, text_ids=[i // 2 for i in range(16)],
+                                hands=[f"h{i % 3}" for i in range(16)])
+    corpus.save(tmp_path / "corpus")
+    save_result(ClusterResult(np.array(found), np.zeros((16, 2))), tmp_path / "run")
+    inventory.main(["m", "toy", "--corpus-dir", str(tmp_path / "corpus"), "--run-dir", str(tmp_path / "run"),
+                    "--out-dir", str(tmp_path / "inv")])
+    return tmp_path / "inv"
+
+
+@pytest.mark.slow   # the L1 kernel compiles on first use without a numba cache
+def test_inventory_html_is_self_contained_and_complete(inventory_case):
+    page = (inventory_case / "m_toy.html").read_text()
+    refs = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert refs and not any("http" in r or "//" in r for r in refs)
+    assert all(r.startswith("data:image/png;base64,") or r.startswith("#") for r in refs)
+    assert "<script" not in page and "<link" not in page
+    assert page.count('<tr class="type') == 3                        # one row per found type
+    assert page.count('<tr class="type impure"') == 1 and 'id="t1">type 1<span class="badge">impure' in page
+    splits = page.split('id="splits"')[1].split('id="merges"')[0]
+    assert '<td class="sign">a</td>' in splits and 'href="#t0"' in splits and 'href="#t2"' in splits
+    merges = page.split('id="merges"')[1]
+    assert 'href="#t1"' in merges and ">b<" in merges and ">c<" in merges
+    assert "3 / 3" in page                                            # K found / K true
+    assert (inventory_case / "m_toy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_inventory_medoid_and_diverse_strip():
+    rng = np.random.default_rng(0)
+    images = np.zeros((5, 4, 4), dtype=np.uint8)
+    images[4] = 255                                     # one outlier; any of 0..3 is a medoid
+    assert inventory.medoid(images, np.arange(5), 200, rng) in (0, 1, 2, 3)
+    groups = np.array(["h1", "h1", "h1", "h2", "h3"])
+    pick = inventory.diverse_pick(np.arange(5), groups, 3, rng, skip=-1)
+    assert sorted(groups[pick]) == ["h1", "h2", "h3"]   # one per hand before repeating a hand
+
+
+def test_inventory_without_gold_labels(tmp_path):
+    rng = np.random.default_rng(2)
+    corpus = Corpus.from_arrays(np.stack([glyph(s, rng) for s in "aabb"]))
+    html_path, png_path = inventory.write_inventory(corpus, np.array([0, 0, 1, 1]), tmp_path,
+                                                    {"method": "m", "corpus": "raw", "seed": 0}, inventory.DEFAULTS)
+    page = html_path.read_text()
+    assert page.count('<tr class="type') == 2 and 'id="splits"' not in page and "badge\">impure" not in page
+    assert png_path.exists()
