@@ -1,0 +1,83 @@
+"""Scale benchmark: the LM sign clusterer on a large Akkadian corpus without any n x n matrix.
+
+    .venv/bin/python benchmarks/bench_scale.py                  # 100k tokens, 1 epoch
+    .venv/bin/python benchmarks/bench_scale.py --tokens 20000 --epochs 2
+
+Renders (or reuses) an Akkadian corpus of --tokens tokens sampled from the cunei-tools
+bigram model, trains the default LM clusterer for --epochs with distances computed on
+demand for the current exemplars only, and prints time per epoch, peak resident memory,
+the distance columns computed, and what the n x n float16 matrix would have needed.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from signclust.config import REPO_ROOT, load_params
+from signclust.data.corpus import Corpus
+from signclust.data.prepare import build
+from signclust.distances.provider import OnDemandDistances
+from signclust.models.base import FitContext, get_clusterer
+from signclust.models.train import run_config
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=100_000)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--corpus-dir", type=Path, help="default data/corpora/akkadian_<tokens>")
+    args = ap.parse_args()
+
+    params = load_params()
+    folder = args.corpus_dir or REPO_ROOT / "data" / "corpora" / f"akkadian_{args.tokens}"
+    t0 = time.time()
+    if not (folder / "meta.json").exists():
+        prep = copy.deepcopy(params["prepare"])
+        prep["corpora"]["akkadian"]["n_tokens"] = args.tokens
+        build("akkadian", prep).save(folder)
+    corpus = Corpus.load(folder)
+    prep_s = time.time() - t0
+    n = corpus.n_tokens
+    rss_after_load = peak_rss_mb()
+
+    _, cfg, _ = run_config("lm", params)
+    cfg = {**cfg, "epochs": args.epochs}
+    model = get_clusterer("lm", **cfg)
+    dist = OnDemandDistances(corpus.images, corpus.image_index())
+    epochs_seen = []
+    ctx = FitContext(seed=0, distances=dist, progress=True,
+                     log_metrics=lambda rec, step: epochs_seen.append((time.time(), rec)))
+    t1 = time.time()
+    result = model.fit(corpus, ctx)
+    fit_s = time.time() - t1
+    peak = peak_rss_mb()
+
+    dense_gb = n * n * 2 / 1e9
+    s = model.params["s"]
+    print()
+    print(f"corpus            akkadian, {n} tokens, {len(corpus.images)} images, "
+          f"{corpus.counts()['types']} types (prepared/loaded in {prep_s:.1f}s)")
+    print(f"model             lm, s={s}, d={model.params['d']}, hidden={model.params['hidden']}, "
+          f"epochs={args.epochs}, tie={model.params.get('tie')}")
+    print(f"fit time          {fit_s:.1f}s total, {fit_s / args.epochs:.1f}s per epoch (setup included)")
+    print(f"distance columns  {dist.computed} computed on demand (n x columns = "
+          f"{n * dist.computed * 4 / 1e6:.0f} MB float32 at most in cache)")
+    print(f"peak RSS          {peak:.0f} MB (after loading the corpus: {rss_after_load:.0f} MB)")
+    print(f"n x n float16     would need {dense_gb:.1f} GB; never allocated")
+    print(f"K found           {result.k_found}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    main()
