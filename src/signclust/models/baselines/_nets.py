@@ -1,8 +1,9 @@
 """Parts the deep baselines share, written once.
 
-- ``resolve_params`` / ``fit_setup``: DEFAULTS + user params (unknown keys are an error),
-  seeding, device, one CPU ``torch.Generator`` that drives every random draw so that a
-  seed fixes the run on CPU.
+- ``Baseline`` / ``resolve_params``: a Clusterer whose DEFAULTS are overlaid by the user's
+  params (unknown keys are an error) and that carries a PAPER parameter set.
+- ``fit_setup``: seeding, device, one CPU ``torch.Generator`` that drives every random draw
+  so that a seed fixes the run on CPU.
 - ``GlyphCNN``: a small conv net for 32-64 px sign images.
 - ``images_to_tensor``, ``GlyphAugment``, ``random_resized_crop``: input and the
   augmentations that make sense for glyphs (no colour jitter, no flips: a mirrored sign
@@ -285,7 +286,8 @@ def pca_whiten_l2(features: np.ndarray, dim: int, seed: int = 0) -> np.ndarray:
 
 
 def faiss_kmeans(x: np.ndarray, k: int, seed: int = 0, niter: int = 20, nredo: int = 1,
-                 max_points_per_centroid: int = 100000) -> tuple[np.ndarray, np.ndarray, float]:
+                 max_points_per_centroid: int = 100000,
+                 threads: int = 1) -> tuple[np.ndarray, np.ndarray, float]:
     """faiss k-means (best of ``nredo`` seeded runs) -> (labels, centroids, objective).
 
     ``max_points_per_centroid`` is raised from faiss's 256 so that it never subsamples our
@@ -299,6 +301,14 @@ def faiss_kmeans(x: np.ndarray, k: int, seed: int = 0, niter: int = 20, nredo: i
     km = faiss.Kmeans(x.shape[1], int(k), niter=int(niter), nredo=int(nredo), seed=int(seed),
                       max_points_per_centroid=max_points_per_centroid,
                       min_points_per_centroid=1, verbose=False)
-    km.train(x)
-    dist, lab = km.index.search(x, 1)
+    # One OpenMP thread by default: on a shared or oversubscribed CPU, faiss's spinning
+    # threads made a 60-point k-means take seconds instead of milliseconds, and our corpora
+    # (thousands of points) cluster in well under a second on one core.
+    prev = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(int(threads))
+    try:
+        km.train(x)
+        dist, lab = km.index.search(x, 1)
+    finally:
+        faiss.omp_set_num_threads(prev)
     return lab[:, 0].astype(np.int64), km.centroids.copy(), float(dist.sum())

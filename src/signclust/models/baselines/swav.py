@@ -1,0 +1,198 @@
+"""SwAV (Caron et al. 2020, seed 004): online clustering by swapped assignment prediction.
+
+Per batch: two full-size augmented views (plus optional small multi-crop views) go through
+CNN -> projection MLP -> L2 normalisation -> prototypes (a bias-free linear layer whose
+weight rows are re-normalised every step, so scores are cosines). Codes q for the two
+full views come from Sinkhorn-Knopp on the detached scores (equipartition over the batch,
+optionally enlarged by a queue of past features); each view's softmax(scores / tau) is
+trained to predict the *other* views' codes. Prototypes can be frozen for the first
+``freeze_prototypes_epochs`` (the paper: one epoch).
+
+Assignment: argmax prototype score of the clean image; embedding: the normalised
+projection (the space the prototypes live in). The paper's LARS optimiser is replaced by
+SGD with a cosine schedule (the network here is small).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from signclust.data.corpus import Corpus
+from signclust.errors import UserError
+from signclust.models.base import ClusterResult, FitContext, register
+from signclust.models.baselines._nets import (Baseline, GlyphAugment, GlyphCNN, embed,
+                                              epoch_bar, fit_setup, images_to_tensor,
+                                              log_epoch, mlp, random_resized_crop, require_k,
+                                              shuffled_batches)
+
+
+@torch.no_grad()
+def sinkhorn(scores: torch.Tensor, eps: float = 0.05, n_iters: int = 3) -> torch.Tensor:
+    """Soft codes Q (B, K) for scores (B, K) by Sinkhorn-Knopp (SwAV, Alg. in Sec. 3.1).
+
+    Solves max_Q Tr(Q^T S) + eps H(Q) over the transportation polytope where every sample
+    carries mass 1/B and every prototype receives 1/K; the result is rescaled by B, so each
+    row of Q is a distribution over prototypes (sums to exactly 1, the last normalisation
+    is over rows) and each column sums to B/K once the iterations have converged.
+    Computed in float64 with the maximum subtracted (exp(s/eps) overflows for small eps).
+    """
+    s = scores.detach().double() / eps
+    q = torch.exp(s - s.max()).t()          # (K, B)
+    q /= q.sum()
+    k, b = q.shape
+    for _ in range(int(n_iters)):
+        q /= q.sum(dim=1, keepdim=True)     # prototypes: 1/K each
+        q /= k
+        q /= q.sum(dim=0, keepdim=True)     # samples: 1/B each
+        q /= b
+    return (q * b).t().to(scores.dtype)
+
+
+class _SwAVNet(nn.Module):
+    def __init__(self, image_size: int, feat_dim: int, width: int, hidden: int, proj_dim: int,
+                 n_prototypes: int):
+        super().__init__()
+        self.backbone = GlyphCNN(image_size, feat_dim, width)
+        self.projection = mlp(feat_dim, hidden, proj_dim)
+        self.prototypes = nn.Linear(proj_dim, n_prototypes, bias=False)
+
+    def embed(self, x):
+        return F.normalize(self.projection(F.relu(self.backbone(x))), dim=1)
+
+    def forward(self, x):
+        z = self.embed(x)
+        return z, self.prototypes(z)
+
+    @torch.no_grad()
+    def normalize_prototypes(self):
+        self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
+
+
+@register
+class SwAV(Baseline):
+    name = "swav"
+    needs_k = True
+    DEFAULTS = {
+        "epochs": 25,
+        "batch_size": 128,
+        "lr": 0.1, "final_lr": 0.001, "momentum": 0.9, "weight_decay": 1e-6,
+        "warmup_epochs": 0,
+        "width": 16, "feat_dim": 128, "hidden_dim": 256, "proj_dim": 64,
+        "prototype_factor": 1.0,     # prototypes = round(factor * K_true)
+        "temperature": 0.1,          # tau of the swapped-prediction softmax
+        "epsilon": 0.05,             # entropic regularisation of Sinkhorn
+        "sinkhorn_iters": 3,
+        "n_small_crops": 0,          # multi-crop: extra low-resolution views
+        "small_crop_size": 0.5,      # their side, as a fraction of the image side
+        "small_crop_scale": [0.3, 0.7],  # area fraction of the image each small crop covers
+        # stored past features added to Sinkhorn's batch: equipartition over one batch of
+        # 128 is meaningless with ~300 prototypes (sign inventories)
+        "queue_length": 1024,
+        "queue_start_epoch": 2,
+        "freeze_prototypes_epochs": 0,   # prototypes get no update this long (may be fractional)
+        "embed_batch": 512,
+    }
+    # Caron et al. 2020 (ImageNet, ResNet-50): 400 epochs, batch 256, 2x224 + 6x96 crops,
+    # tau 0.1, eps 0.05, 3 Sinkhorn iterations, 3000 prototypes for 1000 classes, queue 3840
+    # from epoch 15 at batch 256, prototypes frozen for the first epoch,
+    # LARS lr 0.6 -> 0.0006 cosine, wd 1e-6, projection 2048 -> 128. Prototypes stay at
+    # K_true here (the argmax assignment should give K types); factor 3 is the ImageNet ratio.
+    PAPER = {"epochs": 400, "batch_size": 256, "lr": 0.6, "final_lr": 0.0006,
+             "weight_decay": 1e-6, "warmup_epochs": 0, "width": 64, "feat_dim": 512,
+             "hidden_dim": 2048, "proj_dim": 128, "prototype_factor": 1.0,
+             "temperature": 0.1, "epsilon": 0.05, "sinkhorn_iters": 3, "n_small_crops": 6,
+             "small_crop_size": 0.43, "small_crop_scale": [0.05, 0.14],
+             "queue_length": 3840, "queue_start_epoch": 15, "freeze_prototypes_epochs": 1}
+
+    def _lr(self, it: int, total: int, per_epoch: int) -> float:
+        p = self.p
+        warm = int(p["warmup_epochs"] * per_epoch)
+        if it < warm:
+            return p["lr"] * (it + 1) / warm
+        t = (it - warm) / max(1, total - warm)
+        return p["final_lr"] + 0.5 * (p["lr"] - p["final_lr"]) * (1 + math.cos(math.pi * t))
+
+    def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
+        p = self.p
+        t0 = time.time()
+        device, gen = fit_setup(ctx)
+        n_proto = require_k(self.name, ctx, p["prototype_factor"])
+        X = images_to_tensor(corpus.token_images())
+        n, size = len(X), X.shape[-1]
+        bs = int(min(p["batch_size"], n))
+        if bs < 2:
+            raise UserError("swav needs at least 2 tokens")
+        small = max(8, int(round(p["small_crop_size"] * size)))
+        net = _SwAVNet(size, p["feat_dim"], p["width"], p["hidden_dim"], p["proj_dim"],
+                       n_proto).to(device)
+        opt = torch.optim.SGD(net.parameters(), lr=p["lr"], momentum=p["momentum"],
+                              weight_decay=p["weight_decay"])
+        augment = GlyphAugment()
+        tau, n_views = p["temperature"], 2 + int(p["n_small_crops"])
+        queue = torch.zeros(2, int(p["queue_length"]), p["proj_dim"], device=device)
+        queue_filled = 0
+        per_epoch = len(shuffled_batches(n, bs, torch.Generator().manual_seed(0)))
+        total, it = p["epochs"] * per_epoch, 0
+        history: list[dict] = []
+        bar = epoch_bar(p["epochs"], ctx.progress, self.name)
+        for epoch in bar:
+            use_queue = queue.shape[1] > 0 and epoch >= p["queue_start_epoch"]
+            net.train()
+            tot, cnt = 0.0, 0
+            for batch in shuffled_batches(n, bs, gen):
+                for group in opt.param_groups:
+                    group["lr"] = self._lr(it, total, per_epoch)
+                net.normalize_prototypes()
+                x = X[batch].to(device)
+                b = len(batch)
+                z_full, s_full = net(torch.cat([augment(x, gen), augment(x, gen)]))
+                scores = list(s_full.split(b))
+                if n_views > 2:
+                    crops = torch.cat([random_resized_crop(x, small, tuple(p["small_crop_scale"]),
+                                                           gen, augment)
+                                       for _ in range(n_views - 2)])
+                    scores += list(net(crops)[1].split(b))
+                loss = 0.0
+                for i in (0, 1):
+                    with torch.no_grad():
+                        s = scores[i].detach()
+                        if use_queue and queue_filled > 0:
+                            # more samples for equipartition when K is large for one batch
+                            s = torch.cat([queue[i, :queue_filled] @ net.prototypes.weight.t(), s])
+                        q = sinkhorn(s, p["epsilon"], p["sinkhorn_iters"])[-b:]
+                    sub = 0.0
+                    for v in range(n_views):
+                        if v != i:
+                            sub = sub - (q * F.log_softmax(scores[v] / tau, dim=1)).sum(1).mean()
+                    loss = loss + sub / (n_views - 1)
+                loss = loss / 2
+                opt.zero_grad()
+                loss.backward()
+                if it < p["freeze_prototypes_epochs"] * per_epoch:
+                    net.prototypes.weight.grad = None
+                opt.step()
+                if queue.shape[1] > 0:
+                    with torch.no_grad():
+                        for i in (0, 1):
+                            zi = z_full[i * b:(i + 1) * b].detach()
+                            queue[i] = torch.cat([zi, queue[i, :-b]])[: queue.shape[1]]
+                    queue_filled = min(queue.shape[1], queue_filled + b)
+                tot += loss.item() * b
+                cnt += b
+                it += 1
+            stats = {"loss": tot / max(cnt, 1), "lr": self._lr(it - 1, total, per_epoch)}
+            history.append(stats)
+            log_epoch(ctx, bar, stats, epoch)
+        net.normalize_prototypes()
+        z = embed(net, X, p["embed_batch"], device, fn=lambda m, xb: m.embed(xb))
+        scores = z @ net.prototypes.weight.detach().cpu().numpy().T
+        labels = scores.argmax(1)
+        info = {"k_found": int(len(np.unique(labels))), "n_prototypes": n_proto,
+                "loss": history[-1]["loss"] if history else None, "history": history,
+                "wall_s": time.time() - t0}
+        return ClusterResult(labels, z, info)

@@ -1,0 +1,305 @@
+"""Two-stage unsupervised classification (Han et al. 2020, seed 003).
+
+Stage 1, Super-AND embedding: a CNN maps each image to an L2-normalised vector v; a memory
+bank holds one (momentum-averaged) vector per token, and p_i^j = softmax_j(v_i . m_j / T).
+Three losses on two augmented views of each batch:
+- AND: tokens start as their own class (-log p_i^i); from round 1 on, the anchors (the
+  lowest-entropy tokens, a growing fraction select_rate x round) also count their nearest
+  neighbour in the memory as their class: -log(p_i^i + sum_{j in N(i)} p_i^j);
+- UE (unification entropy): entropy of p_i over the *other* tokens, weight w(t) growing
+  from 0 in steps within each round, pulls tokens towards few neighbours;
+- AUG: in-batch instance discrimination between the two views (the other view is the
+  positive, all other views in the batch negatives): -log p_pos - sum log(1 - p_neg).
+Stage 2: the stage-1 encoder keeps training under the IIC mutual-information loss between
+the class distributions of the two views, from a normalised-FC head
+(softmax(v . w_j/|w_j| / tau_c)), plus lambda x the consistency-preserving loss (the AUG
+loss again, on the embedding). Several sub-heads train together as in the authors' code;
+the assignment is the argmax of the sub-head with the lowest IIC loss over the last epoch,
+the embedding the final v.
+
+Differences from the authors' code, kept small: a small CNN instead of ResNet-18 with a
+Sobel branch; memory initialised from the untrained network's embedding rather than noise;
+each token's memory slot updated with the mean of its two views; the Norm-FC weights are
+trained (the paper's description; the released code left them out of the optimiser, see
+``train_heads``).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from signclust.data.corpus import Corpus
+from signclust.errors import UserError
+from signclust.models.base import ClusterResult, FitContext, register
+from signclust.models.baselines._nets import (Baseline, GlyphAugment, GlyphCNN, embed,
+                                              epoch_bar, fit_setup, images_to_tensor,
+                                              log_epoch, require_k, shuffled_batches)
+
+
+# --------------------------------------------------------------------------- losses
+def instance_pair_loss(v: torch.Tensor, tau: float) -> torch.Tensor:
+    """AUG loss of Super-AND = consistency-preserving loss of stage 2.
+
+    ``v``: (2B, d) normalised features, rows [0, B) view 1 and [B, 2B) view 2 of the same
+    images. For each row i, p_i^j = exp(v_i.v_j/tau) / sum_{k != i} exp(v_i.v_k/tau); the
+    other view is the positive. Loss = mean_i [-log p_i^pos - sum_{j != i, pos} log(1 - p_i^j)].
+    As in the authors' code the right-hand side of the products is detached (it acts as
+    the fixed "class weights" each row is classified against).
+    """
+    n = v.shape[0]
+    b = n // 2
+    sim = v @ v.detach().t() / tau
+    self_mask = torch.eye(n, dtype=torch.bool, device=v.device)
+    sim = sim.masked_fill(self_mask, float("-inf"))
+    log_p = sim - torch.logsumexp(sim, dim=1, keepdim=True)
+    pos = torch.cat([torch.arange(b, n), torch.arange(0, b)]).to(v.device)
+    log_p_pos = log_p.gather(1, pos[:, None])[:, 0]
+    neg_mask = ~self_mask
+    neg_mask[torch.arange(n, device=v.device), pos] = False
+    p = log_p.exp()
+    log_not = torch.log1p(-p.clamp(max=1 - 1e-6))
+    return -(log_p_pos + (log_not * neg_mask).sum(1)).mean()
+
+
+def iic_loss(y1: torch.Tensor, y2: torch.Tensor, eps: float = sys.float_info.epsilon) -> torch.Tensor:
+    """IIC: -I(y, y') from the symmetrised joint P = (1/B) sum_i y_i y'_i^T over a batch
+    (the seed's L_assign); minimising it spreads tokens over classes and makes the two
+    views agree."""
+    p = (y1.unsqueeze(2) * y2.unsqueeze(1)).sum(0)
+    p = (p + p.t()) / 2
+    p = p / p.sum()
+    pi = p.sum(1, keepdim=True).expand_as(p)
+    pj = p.sum(0, keepdim=True).expand_as(p)
+    p, pi, pj = p.clamp(min=eps), pi.clamp(min=eps), pj.clamp(min=eps)
+    return -(p * (p.log() - pi.log() - pj.log())).sum()
+
+
+class NormFCHead(nn.Module):
+    """Cosine classifier: softmax over v . w_j / |w_j| / tau_c (v is already unit-norm)."""
+
+    def __init__(self, dim: int, n_classes: int, tau: float, gen: torch.Generator):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim, n_classes, generator=gen))
+        self.tau = tau
+
+    def forward(self, v):
+        return F.softmax(v @ F.normalize(self.weight, dim=0) / self.tau, dim=1)
+
+
+class _Encoder(nn.Module):
+    def __init__(self, image_size, dim, width):
+        super().__init__()
+        self.cnn = GlyphCNN(image_size, dim, width)
+
+    def forward(self, x):
+        return F.normalize(self.cnn(x), dim=1)
+
+
+# --------------------------------------------------------------------------- Super-AND parts
+class AnchorNeighbourhoods:
+    """Anchor neighbourhoods (AND): which tokens count their nearest memory neighbours as
+    their own class. Anchors are the ``int(n * select_rate * round)`` tokens whose instance
+    distribution p_i has the lowest entropy (the most confidently placed ones)."""
+
+    def __init__(self, n: int, device):
+        self.is_anchor = torch.zeros(n, dtype=torch.bool, device=device)
+        self.neighbours = torch.zeros(n, 0, dtype=torch.long, device=device)
+
+    @torch.no_grad()
+    def update(self, memory: torch.Tensor, tau: float, n_anchors: int, size: int, chunk: int = 1024):
+        n = len(memory)
+        entropy = torch.empty(n, device=memory.device)
+        nbrs = torch.empty(n, size, dtype=torch.long, device=memory.device)
+        for s in range(0, n, chunk):
+            logits = memory[s:s + chunk] @ memory.t() / tau
+            logp = F.log_softmax(logits, dim=1)
+            entropy[s:s + chunk] = -(logp.exp() * logp).sum(1)
+            sims = logits.clone()
+            rows = torch.arange(len(sims), device=memory.device)
+            sims[rows, rows + s] = float("-inf")          # a token is not its own neighbour
+            nbrs[s:s + chunk] = sims.topk(size, dim=1).indices
+        self.is_anchor = torch.zeros(n, dtype=torch.bool, device=memory.device)
+        if n_anchors > 0:
+            order = torch.argsort(entropy, stable=True)
+            self.is_anchor[order[:n_anchors]] = True
+        self.neighbours = nbrs
+
+
+def and_loss(logits: torch.Tensor, idx: torch.Tensor, ans: AnchorNeighbourhoods) -> torch.Tensor:
+    """logits (m, n) = v . memory / T for rows whose token ids are ``idx`` (m,).
+    -log of the probability mass on the token itself (+ its neighbours if it is an anchor)."""
+    log_z = torch.logsumexp(logits, dim=1)
+    own = logits.gather(1, idx[:, None])
+    if ans.neighbours.shape[1] > 0:
+        nb = logits.gather(1, ans.neighbours[idx])
+        with_nb = torch.logsumexp(torch.cat([own, nb], 1), dim=1)
+        log_mass = torch.where(ans.is_anchor[idx], with_nb, own[:, 0])
+    else:
+        log_mass = own[:, 0]
+    return (log_z - log_mass).mean()
+
+
+def ue_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Unification entropy: entropy of p_i over the other tokens (self excluded)."""
+    # a large finite negative (not -inf) keeps 0 * log 0 at 0 instead of NaN
+    masked = logits.scatter(1, idx[:, None], -1e4)
+    logp = F.log_softmax(masked, dim=1)
+    return -(logp.exp() * logp).sum(1).mean()
+
+
+# --------------------------------------------------------------------------- method
+@register
+class TwoStage(Baseline):
+    name = "twostage"
+    needs_k = True
+    DEFAULTS = {
+        "width": 16, "dim": 128, "batch_size": 128, "momentum": 0.9, "weight_decay": 5e-4,
+        # stage 1 (Super-AND)
+        "rounds": 3,                   # round 0 = plain instance discrimination
+        "epochs_per_round": 4,
+        "stage1_lr": 0.03,
+        "stage1_lr_milestones": [3],   # x0.1 at each, counted within a round
+        "npc_temperature": 0.1,        # T of the memory-bank softmax
+        "memory_momentum": 0.5,
+        "select_rate": 0.25,           # anchor fraction added per round
+        "neighbourhood_size": 1,
+        # w(t) = step * (epoch_in_round // ue_step_every): 0 for the first part of each round,
+        # as in the paper (UE from the start pulled an untrained embedding together)
+        "ue_weight_step": 0.2,
+        "ue_step_every": 2,
+        "aug_temperature": 0.1,        # T of the in-batch AUG / CP loss
+        # stage 2 (IIC + consistency preserving, Norm-FC heads)
+        "stage2_epochs": 15,
+        "stage2_lr": 0.1,              # the paper's 0.01 barely moves the heads in 15 epochs
+        "stage2_lr_milestones": [],
+        "head_temperature": 0.1,       # tau_c of the Norm-FC head
+        "cp_weight": 1.0,              # lambda
+        "n_heads": 5,
+        "train_heads": True,
+        "embed_batch": 512,
+    }
+    # Super-AND (Han et al. 2020, CIFAR): 5 rounds x 200 epochs, lr 0.03 (x0.1 at 80/120/160
+    # per round), SGD nesterov momentum 0.9 wd 5e-4, batch 128, dim 128, T 0.1, memory
+    # momentum 0.5, select rate 0.25, 1 neighbour, w(t) = 0.2 x (epoch // 80).
+    # Two-stage: 300 epochs, lr 0.01 (same step rule), 5 Norm-FC heads with tau_c 0.1, lambda 1.
+    PAPER = {"rounds": 5, "epochs_per_round": 200, "stage1_lr": 0.03,
+             "stage1_lr_milestones": [80, 120, 160], "ue_weight_step": 0.2, "ue_step_every": 80,
+             "stage2_epochs": 300, "stage2_lr": 0.01,
+             "stage2_lr_milestones": [80, 120, 160, 200, 240, 280],
+             "width": 64, "dim": 128, "batch_size": 128, "n_heads": 5}
+
+    def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
+        p = self.p
+        t0 = time.time()
+        device, gen = fit_setup(ctx)
+        k = require_k(self.name, ctx)
+        X = images_to_tensor(corpus.token_images())
+        n = len(X)
+        bs = int(min(p["batch_size"], n))
+        if bs < 2:
+            raise UserError("twostage needs at least 2 tokens")
+        net = _Encoder(X.shape[-1], p["dim"], p["width"]).to(device)
+        augment = GlyphAugment()
+
+        def views(batch):
+            x = X[batch].to(device)
+            return torch.cat([augment(x, gen), augment(x, gen)])
+
+        def set_lr(opt, base, milestones, epoch):
+            lr = base * 0.1 ** sum(epoch >= m for m in milestones)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            return lr
+
+        history: list[dict] = []
+        step = 0
+        # ---------------- stage 1: Super-AND
+        memory = torch.from_numpy(embed(net, X, p["embed_batch"], device)).to(device)
+        ans = AnchorNeighbourhoods(n, device)
+        opt = torch.optim.SGD(net.parameters(), lr=p["stage1_lr"], momentum=p["momentum"],
+                              weight_decay=p["weight_decay"], nesterov=True)
+        T, m = p["npc_temperature"], p["memory_momentum"]
+        bar = epoch_bar(p["rounds"] * p["epochs_per_round"], ctx.progress, f"{self.name}/1")
+        it = iter(bar)
+        for rnd in range(p["rounds"]):
+            if rnd > 0:
+                ans.update(memory, T, min(n, int(n * p["select_rate"] * rnd)),
+                           min(p["neighbourhood_size"], n - 1))
+            for epoch in range(p["epochs_per_round"]):
+                next(it, None)
+                lr = set_lr(opt, p["stage1_lr"], p["stage1_lr_milestones"], epoch)
+                w_ue = p["ue_weight_step"] * (epoch // max(1, p["ue_step_every"]))
+                net.train()
+                sums = np.zeros(4)
+                cnt = 0
+                for batch in shuffled_batches(n, bs, gen):
+                    idx = batch.to(device)
+                    v = net(views(batch))
+                    idx2 = torch.cat([idx, idx])
+                    logits = v @ memory.t() / T
+                    l_and = and_loss(logits, idx2, ans)
+                    l_aug = instance_pair_loss(v, p["aug_temperature"])
+                    l_ue = ue_loss(logits, idx2) if w_ue > 0 else torch.zeros((), device=device)
+                    loss = l_and + w_ue * l_ue + l_aug
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    with torch.no_grad():
+                        b = len(batch)
+                        v_mean = (v[:b] + v[b:]).detach() / 2
+                        memory[idx] = F.normalize(m * memory[idx] + (1 - m) * v_mean, dim=1)
+                    sums += np.array([loss.item(), l_and.item(), l_ue.item(), l_aug.item()]) * len(batch)
+                    cnt += len(batch)
+                s = sums / max(cnt, 1)
+                stats = {"stage": 1, "round": rnd, "loss": s[0], "and": s[1], "ue": s[2],
+                         "aug": s[3], "anchors": int(ans.is_anchor.sum()), "lr": lr}
+                history.append(stats)
+                log_epoch(ctx, bar, stats, step)
+                step += 1
+        bar.close()
+        # ---------------- stage 2: IIC + consistency preserving, Norm-FC heads
+        heads = nn.ModuleList([NormFCHead(p["dim"], k, p["head_temperature"], gen)
+                               for _ in range(p["n_heads"])]).to(device)
+        params = list(net.parameters()) + (list(heads.parameters()) if p["train_heads"] else [])
+        opt = torch.optim.SGD(params, lr=p["stage2_lr"], momentum=p["momentum"],
+                              weight_decay=p["weight_decay"], nesterov=True)
+        head_loss = np.zeros(p["n_heads"])
+        bar = epoch_bar(p["stage2_epochs"], ctx.progress, f"{self.name}/2")
+        for epoch in bar:
+            lr = set_lr(opt, p["stage2_lr"], p["stage2_lr_milestones"], epoch)
+            net.train()
+            sums, head_sum, cnt = np.zeros(3), np.zeros(p["n_heads"]), 0
+            for batch in shuffled_batches(n, bs, gen):
+                b = len(batch)
+                v = net(views(batch))
+                per_head = [iic_loss(y[:b], y[b:]) for y in (h(v) for h in heads)]
+                l_mi = torch.stack(per_head).mean()
+                l_cp = instance_pair_loss(v, p["aug_temperature"])
+                loss = l_mi + p["cp_weight"] * l_cp
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                sums += np.array([loss.item(), l_mi.item(), l_cp.item()]) * b
+                head_sum += np.array([h.item() for h in per_head]) * b
+                cnt += b
+            s = sums / max(cnt, 1)
+            head_loss = head_sum / max(cnt, 1)
+            stats = {"stage": 2, "loss": s[0], "mi": s[1], "cp": s[2], "lr": lr}
+            history.append(stats)
+            log_epoch(ctx, bar, stats, step)
+            step += 1
+        best = int(np.argmin(head_loss)) if p["stage2_epochs"] > 0 else 0
+        v_all = embed(net, X, p["embed_batch"], device)
+        with torch.no_grad():
+            probs = heads[best](torch.from_numpy(v_all).to(device)).cpu().numpy()
+        labels = probs.argmax(1)
+        info = {"k_found": int(len(np.unique(labels))), "best_head": best,
+                "head_losses": head_loss.tolist(),
+                "loss": history[-1]["loss"] if history else None,
+                "history": history, "wall_s": time.time() - t0}
+        return ClusterResult(labels, v_all, info)
