@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from signclust.data.corpus import Corpus
+from signclust.data.glyphs import normalize_glyphs
 from signclust.errors import UserError
 from signclust.models.base import ClusterResult, FitContext, register
 from signclust.models.baselines._nets import Baseline, faiss_kmeans, require_k
@@ -19,10 +20,14 @@ from signclust.models.baselines._nets import Baseline, faiss_kmeans, require_k
 
 class PixelClusterer(Baseline):
     """Shared pixel -> (PCA) feature step; subclasses implement ``cluster``."""
-    DEFAULTS = {"pca_dim": 50}
+    DEFAULTS = {"pca_dim": 50, "glyphs": False}
 
     def features(self, corpus: Corpus, seed: int) -> np.ndarray:
-        x = corpus.token_images().reshape(corpus.n_tokens, -1).astype(np.float32) / 255.0
+        # glyphs=True: the normalised glyphs our LM clusterer starts from, so the tables can
+        # separate what the visual normalisation buys from what the LM adds
+        images = normalize_glyphs(corpus.images) if self.p["glyphs"] else corpus.images
+        images = images[corpus.image_index()]
+        x = images.reshape(corpus.n_tokens, -1).astype(np.float32) / 255.0
         dim = int(self.p["pca_dim"])
         if dim < 0:
             raise UserError(f"{self.name}: pca_dim must be >= 0 (0 = raw pixels)")
@@ -85,7 +90,7 @@ class DPGMMPixels(PixelClusterer):
     # sklearn's variational DP collapses to 1-2 components on 50 PCA dims of digit-like
     # images (the Wishart prior's dof = n_dims pseudo-counts per component) and keeps
     # spurious components when dims approach n; 20 dims was the workable middle.
-    DEFAULTS = {"pca_dim": 20,
+    DEFAULTS = {**PixelClusterer.DEFAULTS, "pca_dim": 20,
                 "n_components": 400,            # truncation level (upper bound on K)
                 "weight_concentration": None,   # DP alpha; None = 1 / n_components (sklearn)
                 "reg_covar": 1e-3,              # keeps never-inked pixels from zero variance

@@ -18,8 +18,12 @@ What follows the paper (seed 001, Sec. 3 and appendix A):
   nearest neighbour (connected components of the 1-NN graph: clusters of a few samples,
   as the authors' code does); the first CNN period trains on it before any merge.
 - Weighted triplet loss (eq. 11, as in the authors' Torch criterion):
-  max(0, gamma * ||x_i - x_j||^2 - ||x_i - x_k||^2 + margin) for x_i, x_j in one cluster and
-  x_k among the K_c nearest samples of x_i from other clusters in the batch.
+  max(0, gamma * ||x_i - x_j||^2 - ||x_i - x_k||^2 + margin) for every same-cluster pair
+  (x_i, x_j) of a batch and negatives x_k from other clusters of the batch. The paper takes the
+  K_c samples nearest to x_i; the authors' Torch code draws 20 at random, which is the default
+  here because nearest negatives are mostly same-class fragments of the early over-clustering:
+  with them (and gamma = 2) the loss sat at the margin and the features collapsed in our MNIST
+  runs. ``negatives: nearest`` keeps the paper's wording available.
 - CNN: conv-BN-ReLU-pool blocks, a 160-d inner-product layer, L2 normalisation; SGD
   (lr 0.01, momentum 0.9, weight decay 5e-5) with the "inv" learning-rate policy.
 
@@ -63,7 +67,14 @@ def knn_search(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         raise UserError("need at least two samples to build a neighbour graph")
     index = faiss.IndexFlatL2(x.shape[1])
     index.add(x)
-    d2, idx = index.search(x, k + 1)
+    # one OpenMP thread: faiss's idle workers spin and starve torch/numpy on a shared CPU
+    # (the same reason as in _nets.faiss_kmeans); an exact search of 10k points is fast anyway
+    prev = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        d2, idx = index.search(x, k + 1)
+    finally:
+        faiss.omp_set_num_threads(prev)
     keep = idx != np.arange(n)[:, None]
     # rows where ties pushed the point itself out of the list: drop the farthest instead
     missing = keep.all(axis=1)
@@ -205,8 +216,11 @@ class GDLAgglomeration:
         act = np.flatnonzero(self.active)
         if self.features is None:
             return int(act[0]), int(act[1])
-        cent = np.stack([self.features[self.labels == c].mean(axis=0) for c in act])
-        d = ((cent[:, None, :] - cent[None, :, :]) ** 2).sum(-1)
+        n = len(self.labels)
+        member = sp.csr_matrix((np.ones(n), (self.labels, np.arange(n))), shape=(self.nc0, n))
+        cent = np.asarray(member @ self.features)[act] / self.sizes[act, None]
+        sq = (cent ** 2).sum(axis=1)
+        d = sq[:, None] + sq[None, :] - 2.0 * cent @ cent.T
         np.fill_diagonal(d, np.inf)
         p, q = np.unravel_index(int(np.argmin(d)), d.shape)
         return int(act[p]), int(act[q])
@@ -286,21 +300,22 @@ def agglomerate(W, labels: np.ndarray, n_merges: int, kc: int = 5, lam: float = 
 class _L2Net(nn.Module):
     """GlyphCNN with the paper's L2-normalisation layer on top of the inner-product layer."""
 
-    def __init__(self, image_size: int, feat_dim: int, width: int):
+    def __init__(self, image_size: int, feat_dim: int, width: int, n_blocks: int = 3, pool: int = 2):
         super().__init__()
-        self.body = GlyphCNN(image_size=image_size, feat_dim=feat_dim, width=width)
+        self.body = GlyphCNN(image_size=image_size, feat_dim=feat_dim, width=width,
+                             n_blocks=n_blocks, pool=pool)
 
     def forward(self, x):
         return F.normalize(self.body(x), dim=1)
 
 
 def weighted_triplet_loss(f: torch.Tensor, labels: torch.Tensor, gamma: float = 2.0,
-                          margin: float = 0.2, n_neg: int = 5,
-                          negatives: str = "nearest", gen: torch.Generator | None = None
+                          margin: float = 0.2, n_neg: int = 20,
+                          negatives: str = "random", gen: torch.Generator | None = None
                           ) -> tuple[torch.Tensor, int]:
     """Eq. 11 on one batch: every same-cluster pair (i, j), i < j, is a positive pair; its
-    negatives are the ``n_neg`` samples of other clusters nearest to x_i in the batch
-    (``negatives="random"``: drawn at random, as the authors' Torch code does).
+    negatives are ``n_neg`` samples of other clusters in the batch, drawn at random (authors'
+    code) or the nearest to x_i (``negatives="nearest"``, the paper's wording).
 
     Returns (mean hinge loss over the triplets, number of triplets); (0, 0) if the batch has
     no positive pair.
@@ -346,8 +361,8 @@ class JULE(Clusterer):
         "gamma": 2.0,             # weight of the positive pair in the triplet loss
         "eta": 0.9,               # unrolling rate: merges per period = ceil(eta * clusters)
         "margin": 0.2,            # triplet hinge margin (authors' code)
-        "n_negatives": 5,         # negatives per positive pair (paper: at most K_c)
-        "negatives": "nearest",   # nearest (paper) | random (authors' Torch code)
+        "n_negatives": 20,        # negatives per positive pair
+        "negatives": "random",    # random (authors' Torch code) | nearest (paper's wording)
         "kc_min_clusters": 100,   # local term only while more clusters remain (authors' code)
         "epochs_per_period": 5,   # CNN epochs after each period's merges (paper ~20)
         "max_periods": 50,        # then merge to K on the last features without training
@@ -359,15 +374,19 @@ class JULE(Clusterer):
         "lr_power": 0.75,
         "feat_dim": 160,
         "width": 16,
+        "n_blocks": 3,
+        "pool": 2,
         "augment": False,         # the paper trains on the images as they are
         "init": "nn_chain",       # nn_chain (paper) | singletons
     }
     PAPER = {
         "ks": 20, "a": 1.0, "kc": 5, "lam": 1.0, "gamma": 2.0, "eta": 0.9,
-        "margin": 0.2, "n_negatives": 5, "negatives": "nearest", "kc_min_clusters": 100,
+        "margin": 0.2, "n_negatives": 20, "negatives": "random", "kc_min_clusters": 100,
         "epochs_per_period": 20, "max_periods": 50, "batch_size": 100, "lr": 0.01,
         "momentum": 0.9, "weight_decay": 5e-5, "lr_gamma": 1e-4, "lr_power": 0.75,
-        "feat_dim": 160, "width": 50, "augment": False, "init": "nn_chain",
+        # 50-channel conv layers down to a ~10x10 map (8x8 on MNIST), a 160-d inner product
+        "feat_dim": 160, "width": 50, "n_blocks": 2, "pool": 8, "augment": False,
+        "init": "nn_chain",
     }
 
     def __init__(self, **params):
@@ -403,7 +422,8 @@ class JULE(Clusterer):
             labels = np.arange(n, dtype=np.int64)
         n_init = int(labels.max()) + 1
 
-        model = _L2Net(images.shape[1], int(c["feat_dim"]), int(c["width"])).to(device)
+        model = _L2Net(images.shape[1], int(c["feat_dim"]), int(c["width"]),
+                       int(c["n_blocks"]), int(c["pool"])).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=float(c["lr"]),
                               momentum=float(c["momentum"]), weight_decay=float(c["weight_decay"]))
         augment = GlyphAugment() if c["augment"] else None
@@ -429,7 +449,8 @@ class JULE(Clusterer):
             k_history.append(nc)
             period += 1
             bar.update(1)
-            log_epoch(ctx, bar, {"loss": last_loss, "k": nc}, period)
+            metrics = {"k": nc} if math.isnan(last_loss) else {"loss": last_loss, "k": nc}
+            log_epoch(ctx, bar, metrics, period)
         bar.close()
         if period == 0:
             # the initial clustering already had K clusters (tiny inputs): still learn features
@@ -457,8 +478,9 @@ class JULE(Clusterer):
                 loss, n_trip = weighted_triplet_loss(
                     f, yb, gamma=float(c["gamma"]), margin=float(c["margin"]),
                     n_neg=int(c["n_negatives"]), negatives=c["negatives"], gen=gen)
+                lr = float(c["lr"]) * (1 + float(c["lr_gamma"]) * state["iter"]) ** -float(c["lr_power"])
                 for g in opt.param_groups:
-                    g["lr"] = float(c["lr"]) * (1 + float(c["lr_gamma"]) * state["iter"]) ** (-float(c["lr_power"]))
+                    g["lr"] = lr
                 state["iter"] += 1
                 if n_trip == 0:
                     continue
