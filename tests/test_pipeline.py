@@ -1,0 +1,107 @@
+"""The train stage, run configuration, benchmark loaders and the paper-check table."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from signclust.data.benchmarks import read_idx
+from signclust.errors import UserError
+from signclust.evaluation.evaluate import main as evaluate_main
+from signclust.models.base import ClusterResult, load_result
+from signclust.models.train import run_config, train
+from signclust.reports.paper_check import measure, render
+
+PARAMS = {
+    "train": {"seeds": [0], "device": "cpu"},
+    "runs": {
+        "lm": {"method": "lm"},
+        "lm_seed": {"method": "lm", "preset": "seed"},
+        "ward_raw": {"method": "ward", "params": {"pca_dim": 0}},
+        "bad_preset": {"method": "lm", "preset": "nope"},
+    },
+    "models": {"lm": {"epochs": 2, "s": 0}, "ward": {"pca_dim": 10}},
+    "presets": {"lm": {"seed": {"tie": "token", "s": 7}}},
+}
+
+
+def test_run_config_overlays_models_then_params_then_preset():
+    method, cfg, preset = run_config("lm_seed", PARAMS)
+    assert (method, preset) == ("lm", "seed")
+    assert cfg == {"epochs": 2, "s": 7, "tie": "token"}
+    method, cfg, preset = run_config("ward_raw", PARAMS)
+    assert (method, cfg, preset) == ("ward", {"pca_dim": 0}, None)
+
+
+@pytest.mark.parametrize("run, message", [("nope", "unknown run 'nope'"),
+                                          ("bad_preset", "has no parameter set 'nope'")])
+def test_run_config_errors_name_the_problem(run, message):
+    with pytest.raises(UserError, match=message):
+        run_config(run, PARAMS)
+
+
+def test_train_writes_run_folders_that_evaluate_reads(tiny_corpus, saved_corpus, tmp_path):
+    corpus = tiny_corpus(n_types=3, per_type=10, n_texts=3)
+    folder = saved_corpus(corpus, "tiny")
+    out = tmp_path / "runs"
+    summary = train("ward_raw", "tiny", [0, 1], PARAMS, corpus_dir=folder, dist_dir=None,
+                    out_root=out, ckpt_root=None, progress=False)
+    assert [s["seed"] for s in summary] == [0, 1]
+    result = load_result(out / "ward_raw" / "tiny" / "seed1")
+    assert len(result.labels) == corpus.n_tokens
+    assert result.k_found == 3                      # Ward was told K_true by the stage
+    info = json.loads((out / "ward_raw" / "tiny" / "seed1" / "info.json").read_text())
+    assert info["method"] == "ward" and info["seed"] == 1 and info["seconds"] >= 0
+    metrics = tmp_path / "m.json"
+    evaluate_main(["ward_raw", "tiny", "--corpus-dir", str(folder), "--runs-dir", str(out / "ward_raw" / "tiny"),
+                   "--out", str(metrics)])
+    scores = json.loads(metrics.read_text())
+    assert scores["n_seeds"] == 2
+    assert scores["mean"]["v_measure"] == pytest.approx(1.0)   # three clean shapes
+
+
+def test_train_cli_unknown_run_is_one_line_exit_2(run_cli):
+    proc = run_cli("signclust.models.train", "no_such_run", "cypriot")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: unknown run 'no_such_run'")
+    assert "Traceback" not in proc.stderr
+
+
+def _idx_bytes(arr: np.ndarray) -> bytes:
+    header = bytes([0, 0, 0x08, arr.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in arr.shape)
+    return header + arr.astype(np.uint8).tobytes()
+
+
+def test_read_idx_plain_and_gzipped(tmp_path):
+    arr = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    (tmp_path / "a-idx3-ubyte").write_bytes(_idx_bytes(arr))
+    with gzip.open(tmp_path / "b-idx3-ubyte.gz", "wb") as fh:
+        fh.write(_idx_bytes(arr))
+    assert np.array_equal(read_idx(tmp_path / "a-idx3-ubyte"), arr)
+    assert np.array_equal(read_idx(tmp_path / "b-idx3-ubyte.gz"), arr)
+
+
+def test_read_idx_truncated_file_is_a_user_error(tmp_path):
+    arr = np.zeros((5, 4), np.uint8)
+    (tmp_path / "t").write_bytes(_idx_bytes(arr)[:-3])
+    with pytest.raises(UserError, match="truncated"):
+        read_idx(tmp_path / "t")
+
+
+def test_measure_native_and_reclustered():
+    gold = np.array([0, 0, 0, 1, 1, 1])
+    # a wrong native assignment, but a representation in which Ward separates the two groups
+    result = ClusterResult(np.zeros(6, int), np.array([[0.0], [0.1], [0.2], [5.0], [5.1], [5.2]]))
+    assert measure(gold, result, "nmi") == pytest.approx(0.0)
+    assert measure(gold, result, "nmi_rc") == pytest.approx(1.0)
+
+
+def test_render_shows_gap_and_dash_without_paper_figure():
+    base = {"method": "m", "dataset": "d", "n": 10, "ours_std": 0.0, "k_found": 10, "k_true": 10,
+            "paper_k": None, "setting": "s", "reduced": True, "seconds": 1.0, "source": "src"}
+    md = render([{**base, "metric": "nmi", "paper": 0.5, "ours": 0.45, "gap": -0.05},
+                 {**base, "metric": "acc", "paper": None, "ours": 0.7, "gap": None}], "full")
+    assert "| NMI | 0.500 | 0.450 ± 0.000 | -0.050 |" in md
+    assert "| ACC | — | 0.700 ± 0.000 | — |" in md
