@@ -1,0 +1,238 @@
+"""Ablation stage and Optuna tuning: tiny corpora, few epochs, temporary storages."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from signclust import config as sc_config
+from signclust import tracking
+from signclust.config import load_params
+from signclust.errors import UserError
+from signclust.evaluation import ablation
+from signclust.tuning import tune
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def tiny_params(**tune_overrides) -> dict:
+    """The repository's params.yaml with small `ablation` and `tune` sections for tests."""
+    params = load_params()
+    params["ablation"] = {"run": "lm", "seeds": [0], "epochs": 2, "reference": "default",
+                          "variants": {"default": {}, "no_lm": {"set": {"w_lm": 0.0}},
+                                       "hom_x3": {"scale": {"w_hom": 3.0}}, "seed": {"preset": "seed"}}}
+    params["tune"] = {
+        "trials": 3, "workers": 2, "objective": "supervised", "fit_seed": 0, "sampler_seed": 0,
+        "pruner": {"type": "none"}, "heartbeat_s": 5, "grace_s": 20, "max_retry": 1, "report_seeds": [0],
+        "unsupervised": {"lm_weight": 1.0, "hom_weight": 1.0, "folds": 3, "alpha": 0.1},
+        "intermediate": {"lm": ["lm", "-entropy", "hom"]},
+        # a random init makes the assignment (and so V and U) differ from trial to trial
+        "fixed": {"lm": {"epochs": 2, "init": "random", "tie": "image", "init_threshold": 0.0}},
+        "spaces": {"lm": {"s": {"low": 2, "high": 12}, "w_hom": {"low": 0.1, "high": 10.0, "log": True},
+                          "hidden": {"choices": [8, 16]}}},
+        **tune_overrides}
+    return params
+
+
+# -- ablation ------------------------------------------------------------------------------------
+
+def test_variant_params_preset_set_scale():
+    params = tiny_params()
+    base = {"w_hom": 2.0, "epochs": 60, "s": 0}
+    defaults = {"w_hom": 1.0, "w_lm": 1.0, "epochs": 60, "s": 0, "tie": "image"}
+    v = ablation.variant_params("x", {"scale": {"w_hom": 0.3}, "set": {"w_lm": 0.0}}, base, "lm", params,
+                                defaults, epochs=5)
+    assert v["w_hom"] == pytest.approx(0.6) and v["w_lm"] == 0.0 and v["epochs"] == 5
+    seed = ablation.variant_params("seed", {"preset": "seed"}, base, "lm", params, defaults, epochs=None)
+    assert seed["tie"] == "token" and seed["s"] == 100 and seed["epochs"] == 60
+    with pytest.raises(UserError):
+        ablation.variant_params("bad", {"preset": "nope"}, base, "lm", params, defaults, None)
+    with pytest.raises(UserError):
+        ablation.variant_params("bad", {"scale": {"tie": 2}}, base, "lm", params, defaults, None)
+    bad = tiny_params()
+    bad["ablation"]["variants"]["typo"] = {"sett": {"w_lm": 0}}
+    with pytest.raises(UserError, match="unknown key"):
+        ablation.config(bad)
+
+
+def test_ablation_writes_table_plot_json(tiny_corpus, tmp_path):
+    params = tiny_params()
+    corpus = tiny_corpus(per_type=6, n_texts=3)
+    doc = ablation.run_ablation(corpus, "tiny", params, variants=["default", "no_lm"],
+                                reports_dir=tmp_path, cache_dir=tmp_path / "cache")
+    md = (tmp_path / "ablation_tiny.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| `")]
+    assert [r.split("|")[1].strip() for r in rows] == ["`default`", "`no_lm`"]
+    assert "w_lm=0" in rows[1] and "fixed-K V" in md and "Δ V" in md
+    assert (tmp_path / "figures" / "ablation_tiny.png").read_bytes()[:8] == PNG
+    saved = json.loads((tmp_path / "metrics" / "ablation_tiny.json").read_text())
+    assert list(saved["variants"]) == ["default", "no_lm"] and saved["seeds"] == [0]
+    for entry in saved["variants"].values():
+        assert set(entry["per_seed"]) == {"seed0"}
+        for key in ("v_measure", "nmi", "ari", "acc", "k_found", "fixed_k_v_measure", "seconds"):
+            assert key in entry["mean"]
+    assert saved["variants"]["default"]["delta_v"] == 0.0
+    assert saved["variants"]["no_lm"]["params"]["w_lm"] == 0.0 and saved["variants"]["no_lm"]["params"]["epochs"] == 2
+    assert doc["variants"]["no_lm"]["changed"] == {"w_lm": 0.0}
+    # a second run reads every fit from the cache
+    cached = ablation.run_ablation(corpus, "tiny", params, variants=["default", "no_lm"],
+                                   cache_dir=tmp_path / "cache")
+    assert cached["variants"]["no_lm"]["per_seed"] == doc["variants"]["no_lm"]["per_seed"]
+
+
+@pytest.fixture
+def mlflow_tmp(tmp_path, monkeypatch):
+    """MLflow on for this test, into a temporary SQLite store."""
+    pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("SIGNCLUST_MLFLOW", "1")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)     # mlflow.set_tracking_uri writes it: restored after
+    monkeypatch.setattr(tracking, "TRACKING_URI", uri)
+    monkeypatch.setattr(tracking, "ARTIFACT_ROOT", tmp_path / "mlartifacts")
+    import mlflow
+    yield mlflow.tracking.MlflowClient(tracking.TRACKING_URI)
+    while mlflow.active_run():
+        mlflow.end_run()
+
+
+@pytest.mark.slow
+def test_mlflow_parent_and_nested_runs(tiny_corpus, tmp_path, mlflow_tmp):
+    """Ablation: children nested under the corpus run; tune: trials nested under the study run."""
+    import optuna
+    client = mlflow_tmp
+    corpus = tiny_corpus(per_type=5, n_texts=3)
+    params = tiny_params()
+    ablation.run_ablation(corpus, "tiny", params, variants=["default", "no_lm"], reports_dir=tmp_path / "r")
+    exp = client.get_experiment_by_name("ablation")
+    runs = client.search_runs([exp.experiment_id])
+    parent = [r for r in runs if r.info.run_name == "ablation/tiny"]
+    assert len(parent) == 1
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
+    assert sorted(r.info.run_name for r in children) == ["default/seed0", "no_lm/seed0"]
+    wanted = {"v_measure", "nmi", "ari", "acc", "k_found", "fixed_k_v_measure", "seconds"}
+    assert wanted <= set(children[0].data.metrics)
+    assert "ablation_tiny.md" in {a.path for a in client.list_artifacts(parent[0].info.run_id)}
+
+    # tune: the objective as a worker runs it, in-process, against an in-memory study
+    cfg = tune.tune_config(params)
+    study = optuna.create_study(direction="maximize")
+    parent_id = tune.open_parent_run(study, "s", {"method": "lm"})
+    data = tune.CorpusData(corpus, "tiny")
+    study.optimize(tune.Objective("lm", params, cfg, data, "supervised", "s", parent_id), n_trials=1)
+    exp = client.get_experiment_by_name("tune")
+    trials = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_name == "s/trial0000"]
+    assert trials and trials[0].data.tags["mlflow.parentRunId"] == parent_id
+    assert "value" in trials[0].data.metrics and "s" in trials[0].data.params
+
+
+# -- the label-free objective ----------------------------------------------------------------------
+
+def test_unsupervised_terms(tiny_corpus):
+    corpus = tiny_corpus(per_type=6, n_texts=4)
+    data = tune.CorpusData(corpus, "tiny")
+    one = np.zeros(corpus.n_tokens, dtype=int)
+    assert tune.visual_inhomogeneity(one, data.glyphs, data.image_index) == pytest.approx(1.0)
+    gold = corpus.labels()
+    assert tune.visual_inhomogeneity(gold, data.glyphs, data.image_index) < 0.5
+    singletons = np.arange(corpus.n_tokens)
+    assert tune.visual_inhomogeneity(singletons, data.glyphs, data.image_index) == pytest.approx(0.0)
+    # one type: only "type follows type" and boundaries: far more predictable than singletons
+    ce_one = tune.heldout_bigram_ce(one, data.texts, folds=2)
+    ce_single = tune.heldout_bigram_ce(singletons, data.texts, folds=2)
+    assert 0 < ce_one < ce_single
+    u = tune.unsupervised_score(gold, data, {"lm_weight": 1.0, "hom_weight": 1.0})
+    assert set(u) == {"unsupervised", "heldout_ce", "hom_rel"} and u["unsupervised"] < 0
+    assert tune.proxy_value({"lm": 4.0, "entropy": 3.5, "hom": 0.2}, ["lm", "-entropy", "hom"]) == pytest.approx(-0.7)
+    assert tune.proxy_value({"lm": 4.0}, ["lm", "hom"]) is None and tune.proxy_value({"lm": 1.0}, []) is None
+    assert tune.spearman([1, 2, 3, 4], [2, 4, 6, 9])["rho"] == pytest.approx(1.0)
+    assert tune.spearman([1, 2], [1, 2])["rho"] is None
+
+
+def test_suggest_space_and_shares():
+    import optuna
+    space = {"a": {"low": 1, "high": 5}, "b": {"low": 0.1, "high": 1.0, "log": True}, "c": {"choices": ["x", "y"]}}
+    trial = optuna.create_study().ask()
+    got = tune.suggest(trial, space)
+    assert isinstance(got["a"], int) and 0.1 <= got["b"] <= 1.0 and got["c"] in ("x", "y")
+    with pytest.raises(UserError):
+        tune.suggest(trial, {"z": {"low": 1}})
+    assert tune.shares(3, 2) == [2, 1] and tune.shares(1, 4) == [1] and sum(tune.shares(10, 3)) == 10
+
+
+# -- tuning end to end: parallel workers on SQLite, resume -------------------------------------------
+
+def _tune_cli(params_file, storage, corpus_dir, tmp_path, *extra):
+    env = dict(os.environ, SIGNCLUST_PARAMS=str(params_file), SIGNCLUST_MLFLOW="0")
+    cmd = [sys.executable, "-m", "signclust.tuning.tune", "--study", "t", "--method", "lm", "--corpus", "tiny",
+           "--corpus-dir", str(corpus_dir), "--storage", storage, "--reports", str(tmp_path / "reports"),
+           "--params-out", str(tmp_path / "tuned_lm.yaml"), *map(str, extra)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.slow
+def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(tiny_params()))
+    corpus_dir = saved_corpus(tiny_corpus(per_type=5, n_texts=3), "tiny")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+
+    first = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 3, "--workers", 2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "2 worker(s) for 3 trial(s)" in first.stdout
+    study = optuna.load_study(study_name="t", storage=storage)
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(study.trials) == 3 and len(done) == 3
+    before = {t.number: t.value for t in done}
+    agree = tune.agreement(study)["unsupervised_vs_v"]
+    assert agree["n"] == 3 and agree["rho"] is not None
+    md = (tmp_path / "reports" / "tune_t.md").read_text()
+    assert "## Best trial" in md and "Spearman" in md and f"{agree['rho']:.3f}" in md
+    for name in ("tune_t_history.png", "tune_t_importance.png"):
+        assert (tmp_path / "reports" / "figures" / name).read_bytes()[:8] == PNG
+    tuned = yaml.safe_load((tmp_path / "tuned_lm.yaml").read_text())
+    assert set(study.best_params) <= set(tuned["lm"]) and tuned["lm"]["epochs"] == 2
+    assert tuned["lm"]["s"] == study.best_params["s"]
+
+    # the same budget again: nothing to do; a larger one adds only the missing trials
+    again = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 3, "--workers", 2)
+    assert again.returncode == 0 and "0 to run" in again.stdout
+    more = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 4, "--workers", 2)
+    assert more.returncode == 0, more.stderr[-3000:]
+    study = optuna.load_study(study_name="t", storage=storage)
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(study.trials) == 4 and len(done) == 4
+    assert {t.number: t.value for t in done if t.number in before} == before
+
+
+def test_tune_refuses_report_on_the_tuning_corpus(tmp_path, monkeypatch, tiny_corpus, saved_corpus):
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(tiny_params()))
+    monkeypatch.setattr(sc_config, "PARAMS_FILE", params_file)
+    corpus_dir = saved_corpus(tiny_corpus(), "tiny")
+    with pytest.raises(SystemExit) as exit_info:
+        tune.main(["--method", "lm", "--corpus", "tiny", "--corpus-dir", str(corpus_dir), "--report-on", "tiny",
+                   "--storage", f"sqlite:///{tmp_path / 'o.db'}"])
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit):
+        tune.main(["--method", "nosuch", "--corpus", "tiny", "--corpus-dir", str(corpus_dir)])
+
+
+def test_baseline_trials_share_the_objective(tiny_corpus):
+    """A baseline (Ward: needs K, no epochs, never pruned) goes through the same objective."""
+    import optuna
+    params = tiny_params()
+    params["tune"]["spaces"]["ward"] = {"pca_dim": {"choices": [0, 10]}, "glyphs": {"choices": [False, True]}}
+    cfg = tune.tune_config(params)
+    study = optuna.create_study(direction="maximize", pruner=tune.make_pruner(cfg))
+    data = tune.CorpusData(tiny_corpus(per_type=5), "tiny")
+    study.optimize(tune.Objective("ward", params, cfg, data, "supervised", "w", None), n_trials=2)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+    assert all({"v_measure", "unsupervised", "k_found"} <= set(t.user_attrs) for t in study.trials)
+    assert all(t.user_attrs["k_found"] == 4 for t in study.trials)
