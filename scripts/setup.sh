@@ -48,8 +48,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   echo "$want" > "$stamp"
 fi
 
-# DVC: in-repo, no analytics, no update checks, site cache inside the repo
+# DVC: no analytics, no update checks
 if [ ! -d .dvc ]; then .venv/bin/dvc init -q; fi
 .venv/bin/dvc config core.analytics false
 .venv/bin/dvc config core.check_update false
-.venv/bin/dvc config core.site_cache_dir .dvc/site-cache 2>/dev/null || true
