@@ -43,6 +43,7 @@ from signclust.data.glyphs import normalize_glyphs
 from signclust.distances.provider import DistanceProvider, OnDemandDistances
 from signclust.errors import UserError
 from signclust.models.base import ClusterResult, Clusterer, FitContext, register
+from signclust.models.baselines._nets import faiss_kmeans
 
 
 class TypeLM(nn.Module):
@@ -135,11 +136,7 @@ def pixel_features(corpus: Corpus, dim: int, seed: int, images: np.ndarray | Non
 
 
 def kmeans_labels(x: np.ndarray, k: int, seed: int) -> np.ndarray:
-    import faiss
-    k = min(k, len(x))
-    km = faiss.Kmeans(x.shape[1], k, niter=25, nredo=1, seed=seed, verbose=False, min_points_per_centroid=1)
-    km.train(np.ascontiguousarray(x, dtype=np.float32))
-    return km.index.search(np.ascontiguousarray(x, dtype=np.float32), 1)[1].ravel()
+    return faiss_kmeans(x, min(k, len(x)), seed=seed, niter=25)[0]
 
 
 def visual_clusters(x: np.ndarray, k: int, method: str, seed: int, threshold: float = 0.0) -> np.ndarray:
