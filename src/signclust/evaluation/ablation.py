@@ -37,7 +37,6 @@ from signclust.config import REPO_ROOT, deep_update, load_params
 from signclust.data.corpus import Corpus
 from signclust.errors import UserError, cli_main
 from signclust.evaluation import evaluate as ev
-from signclust.evaluation.metrics import fixed_k_scores, score
 from signclust.io import atomic_path, atomic_write_text, write_json
 from signclust.models.base import FitContext, get_clusterer
 from signclust.models.train import run_config
@@ -109,21 +108,15 @@ def corpus_fingerprint(corpus: Corpus) -> str:
 
 
 def evaluate_fit(gold: np.ndarray, result, eval_cfg: dict, seed: int) -> dict:
-    out = score(gold, result.labels)
-    emb, _ = ev.reduce_embedding(result.embedding, int(eval_cfg["pca_dims"]), seed)
-    fixed = fixed_k_scores(gold, emb, offsets=tuple(eval_cfg["fixed_k_offsets"]))
-    out.update({k: v for k, v in fixed.items() if k != "fixed_k_per_k"})
+    """The evaluate stage's scores, without the per-K detail the ablation table does not show."""
+    out = ev.score_result(gold, result, eval_cfg, seed)
+    out.pop("fixed_k_per_k", None)
+    out.pop("embedding", None)
     return out
 
 
 def summarise(per_seed: dict[str, dict], ddof: int) -> tuple[dict, dict]:
-    mean, std = {}, {}
-    for key in SCALAR_KEYS:
-        values = [s[key] for s in per_seed.values() if key in s]
-        if values:
-            mean[key] = float(np.mean(values))
-            std[key] = float(np.std(values, ddof=ddof)) if len(values) > ddof else 0.0
-    return mean, std
+    return ev.summarise(per_seed, ddof, SCALAR_KEYS)
 
 
 def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int] | None = None,

@@ -73,25 +73,32 @@ def wall_time(info: dict) -> float | None:
     return None
 
 
+def score_result(gold: np.ndarray, result, cfg: dict, seed: int) -> dict:
+    """Both protocols for one fit: native scores, fixed-K scores and how the embedding was reduced."""
+    out = score(gold, result.labels)
+    emb, note = reduce_embedding(result.embedding, int(cfg["pca_dims"]), seed)
+    out.update(fixed_k_scores(gold, emb, offsets=tuple(cfg["fixed_k_offsets"])))
+    out["embedding"] = note
+    return out
+
+
 def evaluate_seed(gold: np.ndarray, folder: Path, cfg: dict, seed: int) -> dict:
     """Both protocols for one run folder."""
     result = load_result(folder)
     if len(result.labels) != len(gold):
         raise UserError(f"{folder}: {len(result.labels)} assigned tokens, corpus has {len(gold)}")
-    out = score(gold, result.labels)
-    emb, note = reduce_embedding(result.embedding, int(cfg["pca_dims"]), seed)
-    out.update(fixed_k_scores(gold, emb, offsets=tuple(cfg["fixed_k_offsets"])))
-    out["embedding"] = note
+    out = score_result(gold, result, cfg, seed)
     seconds = wall_time(result.info)
     if seconds is not None:
         out["seconds"] = seconds
     return out
 
 
-def summarise(per_seed: dict[str, dict], ddof: int) -> tuple[dict, dict]:
+def summarise(per_seed: dict[str, dict], ddof: int,
+              keys: tuple = NATIVE_KEYS + FIXED_KEYS + ("seconds",)) -> tuple[dict, dict]:
     """Mean and std over seeds of each scalar metric (over the seeds that report it)."""
     mean, std = {}, {}
-    for key in NATIVE_KEYS + FIXED_KEYS + ("seconds",):
+    for key in keys:
         values = [s[key] for s in per_seed.values() if key in s]
         if not values:
             continue
