@@ -264,3 +264,16 @@ def test_subset_renumbers_and_keeps_only_used_images(tiny_corpus):
     assert len(s.images) == len(used)
     assert s.meta["tokens"] == len(ids) and s.meta["images"] == len(used)
     assert c.n_tokens == 22                            # the original is untouched
+
+
+def test_load_with_missing_token_column_is_one_clear_error(tmp_path, run_cli):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "tokens.csv").write_text("token_id,text_id\n0,a\n")
+    np.save(folder / "images.npy", np.zeros((1, 4, 4), np.uint8))
+    (folder / "meta.json").write_text("{}")
+    proc = run_cli("signclust.distances.stage", "x", "--corpus-dir", folder, "--out", tmp_path / "d")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: tokens table lacks column(s): line, position, image_index")
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "d").exists()

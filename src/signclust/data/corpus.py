@@ -32,6 +32,11 @@ class Corpus:
     images: np.ndarray
     meta: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        self._check_columns()
+        # meta.json always carries the counts of the tokens it describes
+        self.meta.update(self.counts())
+
     # -- construction -----------------------------------------------------
     @classmethod
     def from_arrays(cls, images: np.ndarray, labels=None, text_ids=None, hands=None,
@@ -53,9 +58,7 @@ class Corpus:
             "label": [str(x) for x in labels] if labels is not None else "",
             "hand": [str(x) for x in hands] if hands is not None else "",
         })
-        corpus = cls(tokens=tokens, images=uniq, meta=dict(meta or {}))
-        corpus.meta.update(corpus.counts())
-        return corpus
+        return cls(tokens=tokens, images=uniq, meta=dict(meta or {}))
 
     # -- views ------------------------------------------------------------
     @property
@@ -103,16 +106,12 @@ class Corpus:
         used, new_index = np.unique(tok["image_index"].to_numpy(), return_inverse=True)
         tok["image_index"] = new_index
         tok["token_id"] = np.arange(len(tok))
-        out = Corpus(tok.reset_index(drop=True), self.images[used], dict(self.meta))
-        out.meta.update(out.counts())
-        return out
+        return Corpus(tok.reset_index(drop=True), self.images[used], dict(self.meta))
 
     # -- validation and storage -------------------------------------------
     def validate(self) -> None:
+        self._check_columns()   # again: tokens may have been edited since construction
         t = self.tokens
-        missing = [c for c in TOKEN_COLUMNS if c not in t.columns]
-        if missing:
-            raise UserError(f"tokens table lacks column(s): {', '.join(missing)}")
         if self.images.dtype != np.uint8 or self.images.ndim != 3:
             raise UserError(f"images must be uint8 (m, H, W); got {self.images.dtype} {self.images.shape}")
         if len(t) == 0:
@@ -126,6 +125,11 @@ class Corpus:
         if dup.any():
             row = t[dup].iloc[0]
             raise UserError(f"duplicate (text_id, position) = ({row.text_id}, {row.position})")
+
+    def _check_columns(self) -> None:
+        missing = [c for c in TOKEN_COLUMNS if c not in self.tokens.columns]
+        if missing:
+            raise UserError(f"tokens table lacks column(s): {', '.join(missing)}")
 
     def save(self, folder: str | Path) -> None:
         """Write atomically: the folder appears complete or not at all."""

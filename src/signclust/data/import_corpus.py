@@ -122,9 +122,7 @@ def import_corpus(manifest: Path, image_dir: Path, size: int = 48, name: str | N
     meta = {"name": name or manifest.stem, "source": f"imported from {manifest.name}",
             "licence": "as provided by the user", "attribution": "user corpus",
             "import": {"manifest": str(manifest), "image_dir": str(image_dir), "image_size": size}}
-    corpus = Corpus(tokens, uniq, meta)
-    corpus.meta.update(corpus.counts())
-    return corpus
+    return Corpus(tokens, uniq, meta)
 
 
 @cli_main

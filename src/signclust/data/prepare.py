@@ -61,9 +61,7 @@ def build(name: str, params: dict, progress: bool = True) -> Corpus:
     fonts = {f: {"package": FONT_FILES[f][0], "licence": FONT_FILES[f][1]} for f in SCRIPT_FONTS[name]}
     meta = {"name": name, **info, "fonts": fonts, "render": params["render"], "seed": seed,
             "hands": int(tokens["hand"].nunique())}
-    corpus = Corpus(tokens, uniq, meta)
-    corpus.meta.update(corpus.counts())
-    return corpus
+    return Corpus(tokens, uniq, meta)
 
 
 @cli_main
