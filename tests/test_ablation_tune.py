@@ -210,6 +210,21 @@ def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
     assert len(study.trials) == 4 and len(done) == 4
     assert {t.number: t.value for t in done if t.number in before} == before
 
+    # transfer to another labelled corpus: fitted once, reused while best trial, configs and seeds stay
+    other = saved_corpus(tiny_corpus(per_type=4, n_texts=2, seed=7), "other")
+    transfer = ["--report-on", "other", "--report-on-dir", other, "--report-seeds", 0]
+    told = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 4, *transfer)
+    assert told.returncode == 0, told.stderr[-3000:]
+    assert "transfer tuned on other seed 0" in told.stdout
+    summary_path = tmp_path / "reports" / "metrics" / "tune_t.json"
+    summary = json.loads(summary_path.read_text())
+    assert summary["best"]["trial"] == study.best_trial.number and summary["trials"]["complete"] == 4
+    assert set(summary["transfer"]) >= {"tuned", "configured"} and summary["transfer"]["seeds"] == [0]
+    assert summary["transfer"]["configs"]["tuned"]["s"] == study.best_params["s"]
+    reused = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 4, *transfer)
+    assert reused.returncode == 0 and "reusing it" in reused.stdout and "transfer tuned" not in reused.stdout
+    assert json.loads(summary_path.read_text())["transfer"] == summary["transfer"]
+
 
 def test_tune_refuses_report_on_the_tuning_corpus(tmp_path, monkeypatch, tiny_corpus, saved_corpus):
     params_file = tmp_path / "params.yaml"

@@ -68,7 +68,7 @@ from signclust import tracking
 from signclust.config import REPO_ROOT, deep_update, load_params
 from signclust.data.corpus import Corpus
 from signclust.errors import UserError, cli_main
-from signclust.io import atomic_path, atomic_write_text
+from signclust.io import atomic_path, atomic_write_text, write_json
 
 DEFAULTS: dict = {
     "trials": 20,
@@ -631,8 +631,9 @@ def report_markdown(study, args, storage_url: str, tuned_path: Path | None, figu
         lines.append(f"Picking the trial with the best U (trial {pk['trial']}) gives V {pk['v_measure']:.3f}; "
                      f"the best V found is {pk['best_v']:.3f} (trial {pk['best_v_trial']}).  ")
     proxy = " ".join((f"- {k[1:]}" if k.startswith("-") else f"+ {k}") for k in args.proxy_keys).lstrip("+ ")
-    lines += [f"Pruning proxy (per-epoch -({proxy or '–'})) vs V, at the last epoch: "
-              f"ρ = {_fmt(pr['rho'])} over {pr['n']} trials.", ""]
+    lines += [f"Pruning proxy (per-epoch -({proxy})) vs V, at the last epoch: ρ = {_fmt(pr['rho'])} over "
+              f"{pr['n']} trials." if proxy else f"No pruning: `{args.method}` has no per-epoch proxy "
+              "(params.yaml tune.intermediate).", ""]
     transfer = study.user_attrs.get("transfer")
     if transfer:
         stale = transfer.get("trial") != best.number
@@ -664,6 +665,11 @@ def report_markdown(study, args, storage_url: str, tuned_path: Path | None, figu
     return "\n".join(lines)
 
 
+def transfer_configs(args, params: dict, cfg: dict, study) -> dict:
+    return {"tuned": best_config(study, args.method, params, cfg)[1],
+            "configured": base_config(args.method, params, cfg)}
+
+
 def run_transfer(args, params: dict, cfg: dict, study, seeds: list[int]) -> dict:
     """Best and configured parameters fitted on another labelled corpus."""
     from signclust.evaluation import evaluate as ev
@@ -678,11 +684,10 @@ def run_transfer(args, params: dict, cfg: dict, study, seeds: list[int]) -> dict
     if not corpus.has_labels:
         raise UserError(f"--report-on corpus '{args.report_on}' has no gold labels to report against")
     data = CorpusData(corpus, args.report_on)
-    best, tuned = best_config(study, args.method, params, cfg)
-    configs = {"tuned": tuned, "configured": base_config(args.method, params, cfg)}
+    configs = transfer_configs(args, params, cfg, study)
     device = (params.get("train") or {}).get("device", "auto")
     eval_cfg = ev.config(params)
-    out = {"corpus": args.report_on, "seeds": seeds, "trial": best.number}
+    out = {"corpus": args.report_on, "seeds": seeds, "trial": study.best_trial.number, "configs": configs}
     for name, conf in configs.items():
         per_seed = {}
         for seed in seeds:
@@ -731,7 +736,14 @@ def run_parent(args, params: dict, cfg: dict) -> dict:
         if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             raise UserError("no completed trial to report on another corpus")
         seeds = args.report_seeds if args.report_seeds is not None else list(cfg["report_seeds"])
-        study.set_user_attr("transfer", run_transfer(args, params, cfg, study, seeds))
+        done = study.user_attrs.get("transfer") or {}
+        same = {"corpus": args.report_on, "seeds": seeds, "trial": study.best_trial.number,
+                "configs": transfer_configs(args, params, cfg, study)}
+        if all(done.get(k) == v for k, v in same.items()):
+            print(f"transfer to {args.report_on}: already fitted for trial {same['trial']} with these "
+                  "configurations and seeds; reusing it", flush=True)
+        else:
+            study.set_user_attr("transfer", run_transfer(args, params, cfg, study, seeds))
     outputs = write_outputs(study, args, params, cfg)
     _finish_parent_run(parent_run_id, study, outputs)
     counts = count_states(study)
@@ -757,9 +769,25 @@ def write_outputs(study, args, params: dict, cfg: dict) -> dict:
     md = reports / f"tune_{args.study}.md"
     args.proxy_keys = list((cfg["intermediate"] or {}).get(args.method) or [])
     atomic_write_text(md, report_markdown(study, args, args.storage, tuned_path, figures))
-    out = {"report": md, **figures}
+    summary = reports / "metrics" / f"tune_{args.study}.json"
+    write_json(summary, study_summary(study, args))
+    out = {"report": md, "summary": summary, **figures}
     if tuned_path is not None:
         out["params"] = tuned_path
+    return out
+
+
+def study_summary(study, args) -> dict:
+    """What the study found, in a file that outlives the (git-ignored) Optuna storage: read by
+    ``signclust.tuning.summary`` to put the methods' studies side by side."""
+    from optuna.trial import TrialState
+    out = {"study": study.study_name, "method": args.method, "corpus": args.corpus,
+           "objective": args.objective, "budget": args.trials, "trials": count_states(study),
+           "agreement": agreement(study), "transfer": study.user_attrs.get("transfer")}
+    if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        best = study.best_trial
+        out["best"] = {"trial": best.number, "value": best.value, "params": best.params,
+                       "scores": {k: v for k, v in best.user_attrs.items() if k in SCORE_KEYS}}
     return out
 
 
