@@ -221,6 +221,9 @@ def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
     assert summary["best"]["trial"] == study.best_trial.number and summary["trials"]["complete"] == 4
     assert set(summary["transfer"]) >= {"tuned", "configured"} and summary["transfer"]["seeds"] == [0]
     assert summary["transfer"]["configs"]["tuned"]["s"] == study.best_params["s"]
+    side_by_side = (tmp_path / "reports" / "tune_comparison.md").read_text()
+    assert "| lm | [t](tune_t.md) | 4 (4 / 0) | tiny |" in side_by_side
+    assert f"{summary['transfer']['tuned']['mean']['v_measure']:.3f}" in side_by_side
     reused = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 4, *transfer)
     assert reused.returncode == 0 and "reusing it" in reused.stdout and "transfer tuned" not in reused.stdout
     assert json.loads(summary_path.read_text())["transfer"] == summary["transfer"]

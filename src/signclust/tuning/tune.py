@@ -772,6 +772,8 @@ def write_outputs(study, args, params: dict, cfg: dict) -> dict:
     summary = reports / "metrics" / f"tune_{args.study}.json"
     write_json(summary, study_summary(study, args))
     out = {"report": md, "summary": summary, **figures}
+    from signclust.tuning.summary import write_comparison
+    out["comparison"] = write_comparison(reports)      # every study so far, side by side
     if tuned_path is not None:
         out["params"] = tuned_path
     return out
