@@ -1,73 +1,75 @@
-"""CI-sized reproductions of the committed tables (slow: build real corpora and fit real methods).
+"""CI-sized reproduction of the committed tables (slow: builds the real corpora and fits real methods).
 
-Each test regenerates a number of reports/comparison.md or reports/paper_check.md at a reduced
-scale and checks it against the committed full-size figure within a stated tolerance.
+One run of `python -m signclust.reports.reproduce` (both parts) regenerates reports/ci/comparison.md
+and reports/ci/paper_check.md; the tests assert its verdicts: every reproduced figure within its
+stated tolerance of the committed full-size one, and every claim of params.yaml
+``reproduce.claims`` / ``paper_claims`` (our method beats Ward on pixels, the seed objective
+collapses, k-means on MNIST-test within ±0.03 of JULE Table 3's 0.528, ...).
 """
 from __future__ import annotations
 
-import copy
-import json
-
-import numpy as np
 import pytest
 
 from signclust.config import REPO_ROOT, load_params
 from signclust.data.benchmarks import MNIST_DIR
-from signclust.data.prepare import build
-from signclust.evaluation.metrics import score
-from signclust.models.base import FitContext, get_clusterer
-from signclust.models.train import run_config
+from signclust.reports import reproduce as rp
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (MNIST_DIR / "t10k-images-idx3-ubyte").exists(),
+                       reason="MNIST not fetched (scripts/setup.sh needs npm)"),
+]
+
+PARAMS = load_params()
+CFG = PARAMS["reproduce"]
+OUT = REPO_ROOT / "reports" / "ci"
 
 
 @pytest.fixture(scope="module")
-def cypriot():
-    return build("cypriot", load_params()["prepare"], progress=False)
+def reproduction():
+    return rp.reproduce(PARAMS, OUT)
 
 
-def _fit_v(run: str, corpus, seed: int = 0) -> float:
-    method, cfg, _ = run_config(run, load_params())
-    clusterer = get_clusterer(method, **cfg)
-    k_true = corpus.counts()["types"]
-    result = clusterer.fit(corpus, FitContext(seed=seed, n_clusters=k_true if clusterer.needs_k else None,
-                                              progress=False))
-    return score(corpus.labels(), result.labels)["v_measure"]
+def _failures(verdicts):
+    return "\n".join(f"{v['what']}: CI {v['ci']} vs {v['committed']} (tolerance {v['tolerance']}; {v['note']})"
+                     for v in verdicts if not v["ok"])
 
 
-def test_lm_beats_ward_on_pixels_on_cypriot(cypriot):
-    """Target of issue 3: our default above Ward-on-pixels at K_true (one seed in CI, 3 in the table)."""
-    v_lm = _fit_v("lm", cypriot)
-    v_ward = _fit_v("ward_pixels", cypriot)
-    assert v_lm > v_ward + 0.03, (v_lm, v_ward)
+def _part(doc, part):
+    return [v for v in doc["verdicts"] if v["part"] == part]
 
 
-def test_seed_variant_collapses_below_default_on_cypriot(cypriot):
-    params = load_params()
-    method, cfg, _ = run_config("lm_seed", params)
-    cfg = {**copy.deepcopy(cfg), "epochs": 40}
-    result = get_clusterer(method, **cfg).fit(cypriot, FitContext(seed=0, progress=False))
-    assert result.k_found < cfg["s"] // 2                      # types collapse from s = 100
-    assert score(cypriot.labels(), result.labels)["v_measure"] < 0.3
+def test_every_configured_row_and_check_is_reproduced(reproduction):
+    n_seeds = len(CFG["seeds"])
+    reduced = set(CFG.get("reduced") or {})
+    expected = sum(1 if run in reduced else n_seeds for run, _ in rp.table_rows(CFG))
+    assert len(_part(reproduction, "table")) == expected
+    n_figures = sum(len(c["figures"]) for c in PARAMS["paper_check"]["checks"])
+    assert len(_part(reproduction, "paper")) == n_figures
+    assert len(_part(reproduction, "claim")) == len(CFG["claims"]) + len(CFG["paper_claims"])
 
 
-@pytest.mark.skipif(not (MNIST_DIR / "t10k-images-idx3-ubyte").exists(),
-                    reason="MNIST not fetched (scripts/setup.sh needs npm)")
-def test_kmeans_mnist_test_nmi_matches_jule_table3():
-    """JULE Table 3: K-means on MNIST-test raw intensities, NMI 0.528 (tolerance ±0.03)."""
-    from signclust.data.benchmarks import build as build_benchmark
-    corpus = build_benchmark("mnist_test")
-    result = get_clusterer("kmeans", pca_dim=0, n_init=3, n_iter=100).fit(
-        corpus, FitContext(seed=0, n_clusters=10, progress=False))
-    nmi = score(corpus.labels(), result.labels)["nmi"]
-    assert abs(nmi - 0.528) <= 0.03, nmi
+def test_comparison_rows_match_the_committed_table(reproduction):
+    table = _part(reproduction, "table")
+    assert all(v["ok"] for v in table), _failures(table)
 
 
-def test_committed_comparison_agrees_with_ci_run(cypriot):
-    """The committed full-size table (3 seeds) and a one-seed CI run agree within 0.05 V."""
-    path = REPO_ROOT / "reports" / "metrics" / "lm_cypriot.json"
-    if not path.exists():
-        pytest.skip("no committed reports/metrics/lm_cypriot.json yet")
-    committed = json.loads(path.read_text())["mean"]["v_measure"]
-    assert abs(_fit_v("lm", cypriot) - committed) < 0.05
-    assert np.isfinite(committed)
+def test_paper_check_matches_the_committed_one(reproduction):
+    paper = _part(reproduction, "paper")
+    assert all(v["ok"] for v in paper), _failures(paper)
+
+
+def test_claims_hold(reproduction):
+    claims = _part(reproduction, "claim")
+    assert all(v["ok"] for v in claims), _failures(claims)
+
+
+def test_ci_tables_are_written(reproduction):
+    comparison = (OUT / "comparison.md").read_text()
+    for run, corpus in rp.table_rows(CFG):
+        assert f"| {run} |" in comparison and f"## {corpus}" in comparison
+    paper = (OUT / "paper_check.md").read_text()
+    for check in PARAMS["paper_check"]["checks"]:
+        assert f"| {check['method']} |" in paper
+    verdicts = (OUT / "reproduction.md").read_text()
+    assert f"**{len(reproduction['verdicts'])} of {len(reproduction['verdicts'])} hold.**" in verdicts

@@ -54,7 +54,8 @@ def run_config(run_name: str, params: dict) -> tuple[str, dict, str | None]:
 
 
 def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpus_dir: Path,
-          dist_dir: Path | None, out_root: Path, ckpt_root: Path | None, progress: bool = True) -> list[dict]:
+          dist_dir: Path | None, out_root: Path, ckpt_root: Path | None, progress: bool = True,
+          experiment: str = "train") -> list[dict]:
     method, cfg, preset = run_config(run_name, params)
     corpus = Corpus.load(corpus_dir)
     device = params.get("train", {}).get("device", "auto")
@@ -66,7 +67,7 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
         clusterer = get_clusterer(method, **cfg)
         if clusterer.needs_k and not k_true:
             raise UserError(f"{method} needs the number of types, but corpus '{corpus_name}' has no labels")
-        with tracking.run("train", f"{run_name}/{corpus_name}/seed{seed}",
+        with tracking.run(experiment, f"{run_name}/{corpus_name}/seed{seed}",
                           tags={"method": method, "run": run_name, "corpus": corpus_name}) as mlrun:
             mlrun.log_params({"method": method, "preset": preset or "", "corpus": corpus_name, "seed": seed,
                               "device": device, **clusterer.params})

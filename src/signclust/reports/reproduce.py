@@ -1,0 +1,255 @@
+"""CI-sized reproduction of the committed tables (reports/comparison.md, reports/paper_check.md).
+
+    python -m signclust.reports.reproduce                  # both -> reports/ci/
+    python -m signclust.reports.reproduce --only table     # or: --only paper
+
+What runs (params.yaml ``reproduce``):
+  table   the rows ``reproduce.rows.<corpus>: [run, ...]`` of the comparison table, rebuilt from
+          nothing in a scratch folder by the stages' own functions (prepare -> distances -> train ->
+          evaluate) for ``reproduce.seeds``. A run listed under ``reproduce.reduced`` runs with that
+          block's parameter overrides (a slow method made CI-sized).
+  paper   every check of reports/paper_check.md at ``--scale ci`` (see signclust.reports.paper_check).
+
+How a reproduced figure is judged against the committed full-size one:
+  same setting  the committed figure *of the same seed*, within ``reproduce.tolerance`` (table) or
+                ``paper_check.ci.tolerance`` (paper): fits are deterministic given the seed, so this
+                only has to absorb floating-point differences between CPUs.
+  reduced       the committed mean over seeds, within the tolerance stated next to the reduction.
+  claims        the statements the README makes, checked on the CI figures: V(a) - V(b) >= margin
+                on a corpus, the number of types found within a share of the true one, a paper
+                figure matched within a distance.
+
+Writes reports/ci/comparison.md (+ metrics/*.json), reports/ci/paper_check.md (+ .json) and the
+verdicts in reports/ci/reproduction.md (+ .json); exits 1 when a verdict fails. The tests in
+tests/test_reproduce.py run this and assert every verdict, so `.ci/run` regenerates the tables.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from signclust.config import REPO_ROOT, deep_update, load_params
+from signclust.errors import UserError, cli_main
+from signclust.io import atomic_write_text, write_json
+
+PARTS = ("table", "paper")
+
+
+def table_rows(cfg: dict) -> list[tuple[str, str]]:
+    """(run, corpus) pairs of ``reproduce.rows``, corpus by corpus."""
+    return [(run, corpus) for corpus, runs in (cfg.get("rows") or {}).items() for run in runs or []]
+
+
+def reduced_params(params: dict, run: str, reduction: dict | None) -> dict:
+    """params with the run's CI overrides folded into its row of `runs`."""
+    if not reduction:
+        return params
+    params = copy.deepcopy(params)
+    spec = params["runs"][run] = dict(params["runs"].get(run) or {})
+    spec["params"] = deep_update(spec.get("params") or {}, reduction.get("params") or {})
+    return params
+
+
+def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False) -> list[dict]:
+    """Fit and evaluate every row in a scratch folder; the metrics documents go to out/metrics/."""
+    from signclust.data.corpus import Corpus
+    from signclust.data.prepare import build
+    from signclust.distances.stage import compute
+    from signclust.evaluation import evaluate as ev
+    from signclust.models.train import train
+
+    rows = table_rows(cfg)
+    unknown = sorted({run for run, _ in rows} - set(params.get("runs") or {}))
+    if unknown:
+        raise UserError(f"reproduce.rows names runs that params.yaml `runs` lacks: {', '.join(unknown)}")
+    seeds = [int(s) for s in cfg.get("seeds", [0])]
+    eval_cfg = ev.config(params)
+    dist = params["distances"]
+    docs = []
+    with tempfile.TemporaryDirectory(prefix="signclust-ci-") as scratch:
+        work = Path(scratch)
+        built: dict[str, Corpus] = {}
+        for run, name in rows:
+            corpus_dir, dist_dir = work / "corpora" / name, work / "distances" / name
+            if name not in built:
+                t0 = time.time()
+                corpus = build(name, params["prepare"], progress=progress)
+                corpus.save(corpus_dir)
+                dist_dir.mkdir(parents=True)
+                compute(np.asarray(corpus.images), int(dist["k"]), int(dist["dense_max_images"]),
+                        int(dist["chunk_rows"]), dist_dir, progress=progress)
+                built[name] = Corpus.load(corpus_dir)
+                print(f"{name}: built in {time.time() - t0:.1f}s", flush=True)
+            reduction = (cfg.get("reduced") or {}).get(run)
+            t0 = time.time()
+            train(run, name, seeds, reduced_params(params, run, reduction), corpus_dir, dist_dir,
+                  out_root=work / "runs", ckpt_root=None, progress=progress, experiment="reproduce")
+            doc = ev.evaluate(built[name], work / "runs" / run / name, eval_cfg, run, name)
+            doc["ci"] = {"reduced": bool(reduction), "overrides": (reduction or {}).get("params", {}),
+                         "tolerance": float((reduction or {}).get("tolerance", cfg.get("tolerance", 0.03))),
+                         "seconds": time.time() - t0}
+            write_json(ev.metrics_path(out, run, name), doc)
+            docs.append(doc)
+    return docs
+
+
+def committed_figure(committed: dict, seed: int | None, key: str) -> float | None:
+    """The committed figure of one seed, or the mean over seeds when ``seed`` is None."""
+    if seed is None:
+        return committed["mean"].get(key)
+    return (committed.get("per_seed") or {}).get(f"seed{seed}", {}).get(key)
+
+
+def table_verdicts(docs: list[dict], committed_dir: Path, key: str = "v_measure") -> list[dict]:
+    """One verdict per reproduced seed of a same-setting row; one per reduced row (its mean)."""
+    out = []
+    for doc in docs:
+        run, corpus, ci = doc["method"], doc["corpus"], doc["ci"]
+        path = committed_dir / f"{run}_{corpus}.json"
+        base = {"part": "table", "what": f"{run} on {corpus}: {key}", "tolerance": ci["tolerance"]}
+        if not path.exists():
+            out.append({**base, "committed": None, "ci": doc["mean"][key], "ok": False,
+                        "note": f"no committed {path.name}"})
+            continue
+        committed = json.loads(path.read_text())
+        if ci["reduced"]:
+            pairs = [(None, doc["mean"][key], f"reduced ({_overrides(ci['overrides'])}) vs committed mean")]
+        else:
+            pairs = [(int(s[4:]), v[key], f"seed {s[4:]} vs committed seed {s[4:]}")
+                     for s, v in doc["per_seed"].items()]
+        for seed, value, note in pairs:
+            ref = committed_figure(committed, seed, key)
+            ok = ref is not None and abs(value - ref) <= ci["tolerance"]
+            out.append({**base, "committed": ref, "ci": value, "ok": bool(ok), "note": note})
+    return out
+
+
+def _overrides(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "as committed"
+
+
+def claim_verdicts(docs: list[dict], cfg: dict) -> list[dict]:
+    """The README's statements, checked on the CI figures."""
+    by = {(d["method"], d["corpus"]): d for d in docs}
+    out = []
+    for c in cfg.get("claims") or []:
+        corpus = c["corpus"]
+        if "k_within" in c:
+            doc = by.get((c["run"], corpus))
+            k = None if doc is None else doc["mean"]["k_found"]
+            k_true = None if doc is None else doc["k_true"]
+            ok = doc is not None and abs(k - k_true) <= float(c["k_within"]) * k_true
+            out.append({"part": "claim", "what": c.get("what") or f"{c['run']} finds K within "
+                        f"±{c['k_within']:.0%} of the true number on {corpus}",
+                        "committed": k_true, "ci": k, "tolerance": float(c["k_within"]), "ok": bool(ok),
+                        "note": f"K found {k} vs true {k_true}"})
+            continue
+        a, b = by.get((c["a"], corpus)), by.get((c["b"], corpus))
+        margin = float(c.get("margin", 0.0))
+        diff = None if a is None or b is None else a["mean"]["v_measure"] - b["mean"]["v_measure"]
+        out.append({"part": "claim", "what": c.get("what") or f"{c['a']} beats {c['b']} on {corpus}",
+                    "committed": None, "ci": diff, "tolerance": margin,
+                    "ok": bool(diff is not None and diff >= margin),
+                    "note": f"V({c['a']}) - V({c['b']}) >= {margin}" + ("" if diff is not None else
+                                                                        ": a row was not reproduced")})
+    return out
+
+
+def paper_verdicts(rows: list[dict], committed_path: Path, cfg: dict) -> list[dict]:
+    """Each CI paper-check row against the committed row; then the paper figures CI must match."""
+    committed = {}
+    if committed_path.exists():
+        committed = {(r["method"], r["dataset"], r["metric"]): r
+                     for r in json.loads(committed_path.read_text())["rows"]}
+    out = []
+    for r in rows:
+        ref = committed.get((r["method"], r["dataset"], r["metric"]))
+        ok = ref is not None and abs(r["ours"] - ref["ours"]) <= r["ci_tolerance"]
+        note = (f"reduced in CI: n {r['n']} vs {ref['n']}, {r['setting']}" if ref and r["ci_reduced"]
+                else "same setting" if ref else "no committed row")
+        out.append({"part": "paper", "what": f"{r['method']} on {r['dataset']}: {r['metric']}",
+                    "committed": None if ref is None else ref["ours"], "ci": r["ours"],
+                    "tolerance": r["ci_tolerance"], "ok": bool(ok), "note": note})
+    by = {(r["method"], r["metric"]): r for r in rows}
+    for c in cfg.get("paper_claims") or []:
+        r = by.get((c["method"], c["metric"]))
+        ok = r is not None and r["paper"] is not None and abs(r["ours"] - r["paper"]) <= float(c["within"])
+        out.append({"part": "claim", "what": c.get("what") or f"{c['method']} {c['metric']} matches its paper",
+                    "committed": None if r is None else r["paper"], "ci": None if r is None else r["ours"],
+                    "tolerance": float(c["within"]), "ok": bool(ok), "note": r["source"] if r else "not run"})
+    return out
+
+
+def _num(x, spec="{:.3f}") -> str:
+    return "–" if x is None else spec.format(x) if isinstance(x, float) else str(x)
+
+
+def render(verdicts: list[dict], seconds: dict) -> str:
+    failed = sum(not v["ok"] for v in verdicts)
+    lines = ["# CI reproduction of the committed tables", "",
+             "Generated by `python -m signclust.reports.reproduce` (run by the test suite, so by `.ci/run`). "
+             "*committed*: the full-size figure in reports/ (same seed where the setting is the same, else "
+             "the mean over seeds); *CI*: this run. For a claim, *CI* is the measured difference or K and "
+             "*tolerance* the margin it must reach.", "",
+             f"**{len(verdicts) - failed} of {len(verdicts)} hold.** Time: "
+             + ", ".join(f"{k} {v:.0f}s" for k, v in seconds.items()) + ".", "",
+             "| part | what | committed | CI | Δ | tolerance | holds | note |",
+             "|---|---|---:|---:|---:|---:|---|---|"]
+    for v in verdicts:
+        delta = (v["ci"] - v["committed"]) if v["part"] != "claim" and None not in (v["ci"], v["committed"]) \
+            else None
+        lines.append(f"| {v['part']} | {v['what']} | {_num(v['committed'], '{:.4f}')} | {_num(v['ci'], '{:.4f}')} | "
+                     f"{_num(delta, '{:+.4f}')} | {_num(v['tolerance'])} | {'yes' if v['ok'] else '**no**'} | "
+                     f"{v['note']} |")
+    return "\n".join(lines) + "\n"
+
+
+def reproduce(params: dict, out: Path, parts=PARTS, progress: bool = False) -> dict:
+    """Run the parts, write everything under ``out``; the verdicts document."""
+    from signclust.reports import paper_check, table
+    cfg = params.get("reproduce") or {}
+    reports = REPO_ROOT / "reports"
+    verdicts, seconds = [], {}
+    if "table" in parts:
+        t0 = time.time()
+        docs = reproduce_table(params, cfg, out, progress)
+        text = table.render_markdown(docs, (params.get("report") or {}).get("methods"),
+                                     source="python -m signclust.reports.reproduce (CI-sized)")
+        atomic_write_text(out / "comparison.md", text)
+        verdicts += table_verdicts(docs, reports / "metrics") + claim_verdicts(docs, cfg)
+        seconds["table"] = time.time() - t0
+    if "paper" in parts:
+        t0 = time.time()
+        rows = paper_check.run_all(params, "ci", out / "paper_check.md", progress=progress)
+        verdicts += paper_verdicts(rows, reports / "paper_check.json", cfg)
+        seconds["paper"] = time.time() - t0
+    doc = {"verdicts": verdicts, "seconds": seconds, "failed": sum(not v["ok"] for v in verdicts)}
+    write_json(out / "reproduction.json", doc)
+    atomic_write_text(out / "reproduction.md", render(verdicts, seconds))
+    return doc
+
+
+@cli_main
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=PARTS, help="one part (default both)")
+    ap.add_argument("--out", type=Path, help="default reports/ci")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    out = args.out or REPO_ROOT / "reports" / "ci"
+    doc = reproduce(load_params(), out, (args.only,) if args.only else PARTS, progress=not args.no_progress)
+    for v in doc["verdicts"]:
+        print(f"{'ok  ' if v['ok'] else 'FAIL'} {v['what']}: CI {_num(v['ci'])} vs {_num(v['committed'])} "
+              f"(tolerance {_num(v['tolerance'])})")
+    print(f"{len(doc['verdicts']) - doc['failed']}/{len(doc['verdicts'])} hold -> {out / 'reproduction.md'}")
+    return 1 if doc["failed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
