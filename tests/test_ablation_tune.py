@@ -48,6 +48,8 @@ def test_variant_params_preset_set_scale():
     v = ablation.variant_params("x", {"scale": {"w_hom": 0.3}, "set": {"w_lm": 0.0}}, base, "lm", params,
                                 defaults, epochs=5)
     assert v["w_hom"] == pytest.approx(0.6) and v["w_lm"] == 0.0 and v["epochs"] == 5
+    init_only = ablation.variant_params("init_only", {"set": {"epochs": 0}}, base, "lm", params, defaults, epochs=5)
+    assert init_only["epochs"] == 0
     seed = ablation.variant_params("seed", {"preset": "seed"}, base, "lm", params, defaults, epochs=None)
     assert seed["tie"] == "token" and seed["s"] == 100 and seed["epochs"] == 60
     with pytest.raises(UserError):

@@ -79,7 +79,8 @@ def config(params: dict) -> dict:
 
 def variant_params(name: str, spec: dict | None, base: dict, method: str, params: dict,
                    defaults: dict, epochs: int | None) -> dict:
-    """The full parameter dict of one variant: base <- preset <- set <- scale <- epochs."""
+    """The full parameter dict of one variant: base <- preset <- epochs <- set <- scale (a variant
+    that sets its own epochs, e.g. 0 for the initialisation alone, keeps them)."""
     spec = spec or {}
     cfg = {**defaults, **base}
     if spec.get("preset"):
@@ -88,13 +89,13 @@ def variant_params(name: str, spec: dict | None, base: dict, method: str, params
             raise UserError(f"ablation variant '{name}': {method} has no preset '{spec['preset']}' "
                             f"(known: {', '.join(presets) or 'none'})")
         cfg = deep_update(cfg, presets[spec["preset"]])
+    if epochs is not None:
+        cfg["epochs"] = int(epochs)
     cfg = deep_update(cfg, spec.get("set") or {})
     for key, factor in (spec.get("scale") or {}).items():
         if not isinstance(cfg.get(key), (int, float)) or isinstance(cfg.get(key), bool):
             raise UserError(f"ablation variant '{name}': cannot scale '{key}' (not a numeric parameter)")
         cfg[key] = cfg[key] * float(factor)
-    if epochs is not None:
-        cfg["epochs"] = int(epochs)
     return cfg
 
 
