@@ -10,6 +10,8 @@ Fixtures
                   (bar, column, ring, cross, ...) with small noise, spread over a few texts.
 ``tiny``          ``tiny_corpus()`` with the defaults (a ready Corpus).
 ``saved_corpus``  a factory that saves a corpus to a fresh folder and returns the folder.
+``one_torch_thread``  torch on one intra-op thread for the test, restored afterwards (a leaked
+                  setting changes the floating-point results of every later fit, see test_reproduce).
 ``run_cli``       runs ``python -m <module> args...`` with this interpreter, returns CompletedProcess.
 """
 from __future__ import annotations
@@ -118,3 +120,17 @@ def run_cli():
         return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
                               text=True, timeout=timeout, env=dict(os.environ))
     return run
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny nets: intra-op threads only add synchronisation. Import every model module first: one
+    of them sets numba's OpenMP thread count on import, which is torch's too."""
+    import torch
+
+    from signclust.models.base import get_clusterer
+    get_clusterer("jule")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

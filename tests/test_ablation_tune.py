@@ -218,7 +218,7 @@ def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
     told = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 4, *transfer)
     assert told.returncode == 0, told.stderr[-3000:]
     assert "transfer tuned on other seed 0" in told.stdout
-    summary_path = tmp_path / "reports" / "metrics" / "tune_t.json"
+    summary_path = tmp_path / "reports" / "studies" / "t.json"
     summary = json.loads(summary_path.read_text())
     assert summary["best"]["trial"] == study.best_trial.number and summary["trials"]["complete"] == 4
     assert set(summary["transfer"]) >= {"tuned", "configured"} and summary["transfer"]["seeds"] == [0]

@@ -22,11 +22,8 @@ ALL = [KMeansPixels, WardPixels, DPGMMPixels, DeepCluster, SwAV, TwoStage]
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(before)
 
 
 # ----------------------------------------------------------------------------- data

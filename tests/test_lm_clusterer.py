@@ -77,8 +77,7 @@ def _fit(corpus, seed=0, **kw):
                                                                      **ctx_kw))
 
 
-def test_fit_runs_and_is_deterministic(tiny_corpus):
-    torch.set_num_threads(1)
+def test_fit_runs_and_is_deterministic(tiny_corpus, one_torch_thread):
     corpus = tiny_corpus(n_types=4, per_type=8, n_texts=4)
     a, b = _fit(corpus), _fit(corpus)
     assert len(a.labels) == corpus.n_tokens and a.embedding.shape == (corpus.n_tokens, 8)
@@ -114,9 +113,8 @@ def test_resume_gives_the_same_labels(tiny_corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_seed_preset_collapses(tiny_corpus):
+def test_seed_preset_collapses(tiny_corpus, one_torch_thread):
     """The literal seed objective merges types (RESEARCH_NOTES §1), measured at small scale."""
-    torch.set_num_threads(1)
     corpus = tiny_corpus(n_types=6, per_type=20, n_texts=6)
     res = LMSignClusterer(**{**SEED_PRESET, "s": 30, "d": 8, "hidden": 16, "epochs": 300}).fit(
         corpus, FitContext(seed=0, progress=False, device="cpu"))

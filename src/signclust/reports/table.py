@@ -36,7 +36,7 @@ MISSING = "–"
 def load_metrics(metrics_dir: Path) -> list[dict]:
     docs = []
     for path in sorted(Path(metrics_dir).glob("*.json")):
-        if path.name.startswith(("ablation_", "tune_")):   # other stages' metrics share the folder
+        if path.name.startswith("ablation_"):   # the ablation stage's metrics share the folder
             continue
         doc = json.loads(path.read_text())
         if "mean" not in doc or "corpus" not in doc:

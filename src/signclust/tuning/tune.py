@@ -769,7 +769,7 @@ def write_outputs(study, args, params: dict, cfg: dict) -> dict:
     md = reports / f"tune_{args.study}.md"
     args.proxy_keys = list((cfg["intermediate"] or {}).get(args.method) or [])
     atomic_write_text(md, report_markdown(study, args, args.storage, tuned_path, figures))
-    summary = reports / "metrics" / f"tune_{args.study}.json"
+    summary = reports / "studies" / f"{args.study}.json"   # not metrics/: no dvc stage reads it
     write_json(summary, study_summary(study, args))
     out = {"report": md, "summary": summary, **figures}
     from signclust.tuning.summary import write_comparison
