@@ -670,7 +670,7 @@ def transfer_configs(args, params: dict, cfg: dict, study) -> dict:
             "configured": base_config(args.method, params, cfg)}
 
 
-def run_transfer(args, params: dict, cfg: dict, study, seeds: list[int]) -> dict:
+def run_transfer(args, params: dict, cfg: dict, study, seeds: list[int], configs: dict) -> dict:
     """Best and configured parameters fitted on another labelled corpus."""
     from signclust.evaluation import evaluate as ev
     from signclust.evaluation.ablation import summarise
@@ -684,7 +684,6 @@ def run_transfer(args, params: dict, cfg: dict, study, seeds: list[int]) -> dict
     if not corpus.has_labels:
         raise UserError(f"--report-on corpus '{args.report_on}' has no gold labels to report against")
     data = CorpusData(corpus, args.report_on)
-    configs = transfer_configs(args, params, cfg, study)
     device = (params.get("train") or {}).get("device", "auto")
     eval_cfg = ev.config(params)
     out = {"corpus": args.report_on, "seeds": seeds, "trial": study.best_trial.number, "configs": configs}
@@ -737,13 +736,13 @@ def run_parent(args, params: dict, cfg: dict) -> dict:
             raise UserError("no completed trial to report on another corpus")
         seeds = args.report_seeds if args.report_seeds is not None else list(cfg["report_seeds"])
         done = study.user_attrs.get("transfer") or {}
-        same = {"corpus": args.report_on, "seeds": seeds, "trial": study.best_trial.number,
-                "configs": transfer_configs(args, params, cfg, study)}
+        configs = transfer_configs(args, params, cfg, study)
+        same = {"corpus": args.report_on, "seeds": seeds, "trial": study.best_trial.number, "configs": configs}
         if all(done.get(k) == v for k, v in same.items()):
             print(f"transfer to {args.report_on}: already fitted for trial {same['trial']} with these "
                   "configurations and seeds; reusing it", flush=True)
         else:
-            study.set_user_attr("transfer", run_transfer(args, params, cfg, study, seeds))
+            study.set_user_attr("transfer", run_transfer(args, params, cfg, study, seeds, configs))
     outputs = write_outputs(study, args, params, cfg)
     _finish_parent_run(parent_run_id, study, outputs)
     counts = count_states(study)
