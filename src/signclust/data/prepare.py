@@ -1,6 +1,8 @@
-"""Stage `prepare`: build a built-in corpus (real sign sequences, rendered in scribal hands).
+"""Stage `prepare`: build a built-in corpus (real sign sequences, rendered in scribal hands)
+or a corpus of the multi-script suite (``<script>_<regime>``, see ``signclust.data.suite``).
 
     python -m signclust.data.prepare lineara
+    python -m signclust.data.prepare latin_free
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from tqdm import tqdm
 
 from signclust import tracking
 from signclust.config import REPO_ROOT, section
-from signclust.data import sources
+from signclust.data import sources, suite
 from signclust.data.contact_sheet import contact_sheet
 from signclust.data.corpus import Corpus, dedupe_images
 from signclust.data.fonts import FONT_FILES, SCRIPT_FONTS
@@ -34,7 +36,20 @@ def load_sequences(name: str, cfg: dict, seed: int):
     raise UserError(f"unknown built-in corpus '{name}'; known: {', '.join(BUILTIN)}")
 
 
+def known_names() -> list[str]:
+    """Every corpus this stage builds: the built-in ones, then the suite's <script>_<regime>."""
+    return list(BUILTIN) + suite.all_names()
+
+
+def check_name(name: str) -> None:
+    if name not in known_names():
+        raise UserError(f"unknown corpus '{name}'; known: {', '.join(known_names())}")
+
+
 def build(name: str, params: dict, progress: bool = True) -> Corpus:
+    check_name(name)
+    if name not in BUILTIN:
+        return suite.build(name, params)
     cfg = params["corpora"][name]
     seed = int(params["seed"])
     texts, info = load_sequences(name, cfg, seed)
@@ -67,25 +82,41 @@ def build(name: str, params: dict, progress: bool = True) -> Corpus:
 @cli_main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("corpus", help=f"one of {', '.join(BUILTIN)}")
+    ap.add_argument("corpus", help=f"one of {', '.join(BUILTIN)}, or <script>_<regime> with script in "
+                                   f"{', '.join(suite.SCRIPTS)} and regime in {', '.join(suite.REGIMES)}")
     ap.add_argument("--out", help="output folder (default data/corpora/<corpus>)")
     ap.add_argument("--sheet", help="contact sheet PNG (default reports/figures/contact_<corpus>.png)")
     args = ap.parse_args(argv)
     params = section("prepare")
+    check_name(args.corpus)
     out = Path(args.out or REPO_ROOT / "data" / "corpora" / args.corpus)
     sheet = Path(args.sheet or REPO_ROOT / "reports" / "figures" / f"contact_{args.corpus}.png")
     t0 = time.time()
     corpus = build(args.corpus, params)
     corpus.save(out)
+    sheet_args = {}
+    if args.corpus not in BUILTIN:      # captions by code point, a clean reference glyph per row
+        labels = corpus.tokens["label"].value_counts().index[:int(params["sheet_types"])]
+        sheet_args = {"names": {lab: suite.short_name(lab) for lab in labels},
+                      "references": suite.references(args.corpus, params, labels)}
     contact_sheet(corpus, sheet, n_types=int(params["sheet_types"]), per_type=int(params["sheet_tokens"]),
-                  title=f"{args.corpus}: {corpus.meta['tokens']} tokens, {corpus.meta['types']} types")
+                  title=f"{args.corpus}: {corpus.meta['tokens']} tokens, {corpus.meta['types']} types",
+                  **sheet_args)
     seconds = time.time() - t0
     counts = corpus.counts()
     print(f"{args.corpus}: {counts['texts']} texts, {counts['tokens']} tokens, {counts['types']} types, "
           f"{counts['images']} images, {corpus.meta['hands']} hands -> {out} ({seconds:.1f}s)")
     with tracking.run("prepare", args.corpus) as run:
-        run.log_params({"corpus": args.corpus, **params["corpora"][args.corpus], "render": params["render"],
-                        "image_size": params["image_size"], "seed": params["seed"]})
+        if args.corpus in BUILTIN:
+            run.log_params({"corpus": args.corpus, **params["corpora"][args.corpus], "render": params["render"],
+                            "image_size": params["image_size"], "seed": params["seed"]})
+        else:
+            script, regime = suite.parse_name(args.corpus)
+            cfg = params["suite"]
+            run.log_params({"corpus": args.corpus, "script": script, "regime": regime,
+                            "n_tokens": cfg["n_tokens"], "max_len": cfg["max_len"], "fonts": cfg["fonts"][script],
+                            regime: cfg.get(regime, {}), "image_size": params["image_size"],
+                            "seed": params["seed"]})
         run.log_metrics({**counts, "hands": corpus.meta["hands"], "seconds": seconds})
         run.log_artifact(out / "meta.json")
         run.log_artifact(sheet)
