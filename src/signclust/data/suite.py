@@ -70,6 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 from scipy import ndimage
 
@@ -585,8 +586,8 @@ CONFUSABLE_THRESHOLD = 0.05
 
 def confusable_pairs(signs, fonts, size: int = 48, threshold: float = CONFUSABLE_THRESHOLD) -> dict:
     """Per font, sign pairs whose clean normalised images (crop to ink, centred, size x size) differ by
-    a mean absolute intensity below ``threshold`` (intensities in [0, 1]): the same shape up to size
-    and position. ``{font stem: [[sign, sign, difference], ...]}``, closest pairs first."""
+    a mean absolute intensity below ``threshold`` (intensities in [0, 1]): nearly the same shape once
+    size and position are gone. ``{font stem: [[sign, sign, difference], ...]}``, closest pairs first."""
     signs = sorted(set(signs))
     out = {}
     for font in fonts:
@@ -603,7 +604,6 @@ def confusable_pairs(signs, fonts, size: int = 48, threshold: float = CONFUSABLE
 
 def build(name: str, params: dict, udhr_dir: Path | None = None) -> Corpus:
     """Build the suite corpus ``<script>_<regime>`` from the ``prepare`` section of params.yaml."""
-    import pandas as pd
     script, regime = parse_name(name)
     cfg = params["suite"]
     seed = int(params["seed"])
@@ -658,7 +658,8 @@ def build(name: str, params: dict, udhr_dir: Path | None = None) -> Corpus:
         "hands": int(tokens["hand"].nunique()),
         "confusable_after_normalisation": {
             "criterion": f"clean glyphs of one font whose normalised images differ by a mean absolute "
-                         f"intensity < {CONFUSABLE_THRESHOLD} (in [0, 1]): same shape up to size and position",
+                         f"intensity < {CONFUSABLE_THRESHOLD} (in [0, 1]): nearly the same shape once size "
+                         f"and position are gone",
             "pairs": confusable_pairs(signs, cfg["fonts"][script], int(params["image_size"]))},
     }
     return Corpus(tokens, uniq, meta)
