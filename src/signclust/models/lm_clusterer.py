@@ -1,386 +1,475 @@
-"""The LM sign clusterer of seed 000 (SPEC §2), with the choices the seed leaves open as parameters.
+"""The LM sign clusterer (seed 000, SPEC §2), optimised by merge moves.
 
-    p_i   = softmax(S[row(i)] / T)                  token i's distribution over s types
-    x_t   = p_t @ E                                 soft type embedding fed to an LSTM over each text
-    o_t   = head(LSTM(BOS, x_1 .. x_{t-1}))         logits for the type at position t
-    L_LM  = CE(o_t, p_t)                            soft target: the next token's own distribution
-    L_hom = sum_ij p_ij d(i, ex(j)) / norm          ex(j) = argmax_i p_ij, the exemplar of type j
-    L_dup = sum_j max_{k>j} sim(ex(j), ex(k)) * mean_i p_ij
-    L     = w_hom L_hom + w_lm (L_LM - alpha H(mean_i p_i)) + w_dup L_dup
+A *state* is a partition of the n tokens into types z_1..z_n. Seed 000 scores a state with three
+terms; we keep the three and read each as a log-likelihood ratio in nats, so that no weight has
+to be tuned against the scale or style of the images:
 
-``variant: seed`` (the preset of that name in params.yaml) is the plain reading of
-the seed: one free row of S per token, random init, 1/(s n) normalisation, a
-non-detached target, sim = 1 - d, no entropy counterweight. Measured, it
-collapses (RESEARCH_NOTES §1): in the default `dvc repro` the types in use fall from
-s = 100 to 36 and V-measure to 0.13 (cypriot) / 0.11 (lineara). The
-shipped default differs in the points listed in ``DEFAULTS`` below, each
-measurable by ablation.
+    L_LM   how well the types predict their neighbours: the Dirichlet-multinomial marginal
+           likelihood of each type's left and right neighbour types (a class bigram language model
+           read in both directions; its marginal likelihood is its prequential, i.e. held-out,
+           cross-entropy). Merging two types whose tokens occur in the same contexts pools their
+           counts and raises it (the allographs of a sign in free variation); merging types whose
+           contexts differ lowers it.
+    L_hom  how alike the tokens of a type look: the log-odds that two clusters show the same sign,
+           from a pair model fitted on the corpus itself (below).
+    L_dup  the seed's duplicate term: a type whose nearest visual neighbour is another type is a
+           candidate duplicate; here it is the prior of a merge, decreasing in the visual rank of
+           the partner, and the floor of L_hom: no visual evidence is stronger than the odds of
+           picking one type out of K.
 
-Measured (reports/comparison.md, 3 seeds): the default's gain over the seed and over
-Ward-on-pixels comes from the visual side — glyph normalisation (binarise, despeckle,
-bounding box) for the Ward init and for d(i, ex(j)), and a Ward cut at a fixed height
-(init_threshold) that decides s — not from the LM: Ward on the same normalised glyphs at
-K_true scores as high (cypriot 0.669 vs 0.668, lineara 0.660 vs 0.634), and on cypriot
-training from that init lowers V (0.676 at 0 epochs -> 0.609 after 60 epochs, seed 0).
+    merge gain(u, v) = w_lm dL_LM(u, v) + max(w_hom dL_hom(u, v), w_dup prior(u, v))
+
+``fit`` starts from visual micro-clusters and merges greedily (the best disjoint pairs first,
+a few per cent of the types per round) while the gain is positive. K, the number of types, is
+where that stops: it is never given and no distance threshold is set by hand.
+
+The visual side, all label-free and fitted per corpus:
+- features: normalised glyphs (ink, position, size removed) and their stroke skeletons
+  (stroke width removed), PCA to ``feature_dim``; then each token minus its text's mean feature,
+  shrunk by n_t / (n_t + text_centring): a hand is a per-text offset in this space.
+- pair model: within one text (one hand), a token's nearest neighbour that is much nearer than
+  its second nearest is almost always the same sign (measured 0.73-0.98 precision on the suite);
+  a logistic fit of those pairs against all within-text pairs gives the log-odds a - b d that
+  two tokens at distance d show the same sign. A corpus whose sign images recur exactly (a clean
+  corpus: fewer distinct images than ``clean_share`` x tokens) has no within-sign variation to
+  learn from; there the micro-clusters are the distinct images and the visual term is the rank
+  prior alone.
+- micro-clusters of a noisy corpus: average linkage cut where the pair model's odds are even.
+
+``embedding_`` (what the fixed-K protocol clusters) is the text-centred feature of each token
+followed by its type's context profile. Measured numbers are in reports/suite.md and
+reports/comparison.md, not here.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import math
+import dataclasses
 import time
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from tqdm import tqdm
+from scipy.special import gammaln
 
-from signclust.config import seed_everything, torch_device
 from signclust.data.corpus import Corpus
-from signclust.data.glyphs import normalize_glyphs
-from signclust.distances.provider import DistanceProvider, OnDemandDistances
+from signclust.data.glyphs import normalize_glyphs, skeleton_glyphs
 from signclust.errors import UserError
 from signclust.models.base import ClusterResult, Clusterer, FitContext, register
-from signclust.models.baselines._nets import faiss_kmeans
 
 
-class TypeLM(nn.Module):
-    """S (rows x s logits), E (s x d), and an LSTM language model over soft type embeddings."""
-
-    def __init__(self, n_rows: int, s: int, d: int, hidden: int, layers: int, dropout: float):
-        super().__init__()
-        self.S = nn.Parameter(torch.zeros(n_rows, s))
-        self.E = nn.Parameter(torch.randn(s, d) / math.sqrt(d))
-        self.bos = nn.Parameter(torch.zeros(d))
-        self.lstm = nn.LSTM(d, hidden, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0)
-        self.drop = nn.Dropout(dropout)
-        self.head = nn.Linear(hidden, s)
-
-    def probs(self, rows: torch.Tensor, temperature: float) -> torch.Tensor:
-        return F.softmax(self.S[rows] / temperature, dim=-1)
-
-    def next_type_logits(self, p_seq: torch.Tensor) -> torch.Tensor:
-        """(B, L, s) soft types -> (B, L, s) logits predicting each position from the ones before it."""
-        x = p_seq @ self.E
-        x = torch.cat([self.bos.expand(len(x), 1, -1), x[:, :-1]], dim=1)
-        h, _ = self.lstm(self.drop(x))
-        return self.head(self.drop(h))
-
-
-# -- the three losses (pure functions: tested against hand-computed values) ------------------
-
-def hom_loss(p: torch.Tensor, d_to_exemplars: torch.Tensor, norm: str) -> torch.Tensor:
-    """sum_ij p_ij d(i, ex(j)), divided by s*n (the seed) or by n."""
-    n, s = p.shape
-    total = (p * d_to_exemplars).sum()
-    return total / (s * n) if norm == "sn" else total / n
+@dataclass
+class LMConfig:
+    # visual features
+    feature_dim: int = 32          # PCA components of [normalised glyph, skeleton]
+    skeleton: bool = True          # add the stroke skeleton (stroke-width invariant) to the glyph
+    text_centring: float = 8.0     # shrinkage of the per-text offset removal; 0 switches it off
+    # micro-clusters and the pair model
+    clean_share: float = 0.5       # distinct images / tokens at or below this: a clean corpus
+    pair_ratio: float = 0.8        # within-text nearest neighbour must be this much nearer than the 2nd
+    max_linkage_tokens: int = 20000  # above this, micro-clusters come from k-means (tokens / 8)
+    # the three terms of the merge gain
+    w_lm: float = 1.0
+    w_hom: float = 1.0
+    w_dup: float = 1.0
+    context_beta: float = 0.1      # Dirichlet concentration per context type (x number of types)
+    context_types: int = 0         # 0: contexts over the current types; N: over a fixed Ward cut of N
+    rank_c0: float = 2.0           # prior log-odds against merging with the visually nearest type
+    link_c0: float = 2.0           # prior log-odds against a merge supported by one close token pair
+    match_ratio: float = 0.7       # clean corpus: mutual nearest types this much nearer than the next
+    match_bonus: float = 3.0       #   are a visual match worth this many nats
+    # the merge loop
+    candidates: int = 10           # partners per type: visual and context nearest neighbours each
+    batch: float = 0.05            # at most this share of the types merges per round
+    max_rounds: int = 1000
+    refits: int = 0                # refit the pair model on the types found, then merge again
 
 
-def lm_loss(logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of the predicted type distribution against the soft target, mean over real positions."""
-    ce = -(target * F.log_softmax(logits, dim=-1)).sum(-1)
-    return (ce * mask).sum() / mask.sum().clamp_min(1)
+def _check(cfg: LMConfig) -> None:
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        want = f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool}[f.type]
+        ok = isinstance(value, bool) if want is bool else (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and (want is float or float(value).is_integer()))
+        if not ok:
+            raise UserError(f"lm.{f.name} must be {want.__name__}, got {value!r}")
+    positive = ("feature_dim", "candidates", "max_rounds", "max_linkage_tokens")
+    for name in positive:
+        if getattr(cfg, name) < 1:
+            raise UserError(f"lm.{name} must be at least 1, got {getattr(cfg, name)!r}")
+    for name in ("text_centring", "w_lm", "w_hom", "w_dup", "rank_c0"):
+        if getattr(cfg, name) < 0:
+            raise UserError(f"lm.{name} must be >= 0, got {getattr(cfg, name)!r}")
+    for name in ("clean_share", "pair_ratio", "batch"):
+        if not 0 < getattr(cfg, name) <= 1:
+            raise UserError(f"lm.{name} must lie in (0, 1], got {getattr(cfg, name)!r}")
+    if cfg.context_beta <= 0:
+        raise UserError(f"lm.context_beta must be > 0, got {cfg.context_beta!r}")
 
 
-def dup_loss(p: torch.Tensor, exemplar_sim: torch.Tensor) -> torch.Tensor:
-    """sum_j max_{k>j} sim(ex(j), ex(k)) * mean_i p_ij (the last type has no later type: 0)."""
-    s = exemplar_sim.shape[0]
-    later = torch.triu(torch.ones(s, s, dtype=torch.bool, device=exemplar_sim.device), diagonal=1)
-    most_similar_later = exemplar_sim.masked_fill(~later, float("-inf")).max(dim=1).values
-    most_similar_later = torch.where(torch.isinf(most_similar_later), torch.zeros_like(most_similar_later),
-                                     most_similar_later)
-    return (most_similar_later * p.mean(0)).sum()
-
-
-def marginal_entropy(p: torch.Tensor) -> torch.Tensor:
-    q = p.mean(0)
-    return -(q * torch.log(q.clamp_min(1e-12))).sum()
-
-
-def similarity(d: torch.Tensor, kind: str, scale: float) -> torch.Tensor:
-    """Turn distances between exemplars into similarities; 'linear' is the seed's 1 - d."""
-    if kind == "linear":
-        return 1.0 - d
-    if kind == "kernel":
-        # d between unrelated glyphs sits in a narrow band (RESEARCH_NOTES §5); a kernel
-        # scaled by the typical exemplar distance spreads duplicates from strangers
-        return torch.exp(-(d / scale) ** 2)
-    raise UserError(f"unknown dup_similarity '{kind}' (linear or kernel)")
-
-
-# -- data helpers ---------------------------------------------------------------------------------
-
-def padded_batches(texts: list[np.ndarray], batch_texts: int, order: np.ndarray):
-    """Yield (token_ids (B, L) padded with -1, mask (B, L)) over texts in ``order``."""
-    step = batch_texts if batch_texts > 0 else len(texts)
-    for start in range(0, len(order), step):
-        chosen = [texts[i] for i in order[start:start + step]]
-        length = max(len(t) for t in chosen)
-        ids = np.full((len(chosen), length), -1, dtype=np.int64)
-        for row, t in enumerate(chosen):
-            ids[row, :len(t)] = t
-        yield torch.from_numpy(ids), torch.from_numpy(ids >= 0)
-
-
-def pixel_features(corpus: Corpus, dim: int, seed: int, images: np.ndarray | None = None) -> np.ndarray:
+# --------------------------------------------------------------------------- visual side
+def glyph_features(images: np.ndarray, cfg: LMConfig, seed: int) -> np.ndarray:
+    """uint8 (m, H, W) distinct images -> float32 (m, feature_dim): PCA of [glyph, skeleton],
+    each block scaled to unit total variance so that neither dominates."""
     from sklearn.decomposition import PCA
-    images = corpus.images if images is None else images
-    x = images.reshape(len(images), -1).astype(np.float32) / 255.0
-    dim = min(dim, len(x))                 # PCA needs at least as many images as components
-    if dim and dim < x.shape[1]:
-        sample = np.random.default_rng(seed).permutation(len(x))[:20000]
-        x = PCA(dim, random_state=seed).fit(x[sample]).transform(x).astype(np.float32)
-    return x[corpus.image_index()]
+    blocks = [normalize_glyphs(images).reshape(len(images), -1).astype(np.float32) / 255.0]
+    if cfg.skeleton:
+        blocks.append(skeleton_glyphs(images).reshape(len(images), -1))
+    x = np.concatenate([b / np.sqrt(max(float(b.var(0).sum()), 1e-12)) for b in blocks], axis=1)
+    dim = int(min(cfg.feature_dim, len(x) - 1, x.shape[1]))
+    if dim < 1:
+        return np.zeros((len(x), 1), dtype=np.float32)
+    sample = np.random.default_rng(seed).permutation(len(x))[:20000]
+    return PCA(dim, random_state=seed).fit(x[sample]).transform(x).astype(np.float32)
 
 
-def kmeans_labels(x: np.ndarray, k: int, seed: int) -> np.ndarray:
-    return faiss_kmeans(x, min(k, len(x)), seed=seed, niter=25)[0]
+def text_centre(x: np.ndarray, text_index: np.ndarray, kappa: float) -> np.ndarray:
+    """Remove each text's mean feature (its hand), shrunk by n_t / (n_t + kappa) towards none:
+    a text of 2 tokens says little about its hand, one of 50 a lot."""
+    if kappa <= 0:
+        return x
+    n_t = np.bincount(text_index).astype(np.float64)
+    means = np.zeros((len(n_t), x.shape[1]))
+    np.add.at(means, text_index, x)
+    means /= np.maximum(n_t, 1)[:, None]
+    shrink = (n_t / (n_t + kappa))[:, None]
+    return (x - shrink[text_index] * (means[text_index] - x.mean(0))).astype(np.float32)
 
 
-def visual_clusters(x: np.ndarray, k: int, method: str, seed: int, threshold: float = 0.0) -> np.ndarray:
-    """A cheap visual clustering of tokens: Ward below 20k tokens, k-means above (or when asked).
+@dataclass
+class PairModel:
+    """log-odds(two tokens at distance d show the same sign) = a - b d, fitted on the corpus."""
+    a: float
+    b: float
+    n_positive: int
 
-    With ``threshold`` > 0 (Ward only) the tree is cut at that height instead of at k clusters,
-    capped at k when k > 0: the number of types then comes from the data, not from the user.
-    """
-    if method == "ward" and len(x) <= 20000 and threshold > 0:
-        from scipy.cluster.hierarchy import fcluster, ward
-        tree = ward(x)
-        labels = fcluster(tree, threshold, "distance")
-        if k and len(np.unique(labels)) > k:
-            labels = fcluster(tree, k, "maxclust")
-        return np.unique(labels, return_inverse=True)[1]
-    k = k or 500
-    if method == "ward" and len(x) <= 20000:
-        from sklearn.cluster import AgglomerativeClustering
-        return AgglomerativeClustering(n_clusters=min(k, len(x)), linkage="ward").fit_predict(x)
-    return kmeans_labels(x, k, seed)
+    def log_odds(self, d: np.ndarray) -> np.ndarray:
+        return self.a - self.b * d
+
+    @property
+    def even_odds(self) -> float:
+        return self.a / self.b
+
+
+def confident_pairs(x: np.ndarray, texts: list[np.ndarray], ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """Within each text: mutual nearest neighbours whose distance is below ``ratio`` x the
+    distance to the second nearest (positives), and every pair of the text (the background)."""
+    from scipy.spatial.distance import cdist
+    pos, allp = [], []
+    for t in texts:
+        if len(t) < 3:
+            continue
+        d = cdist(x[t], x[t])
+        np.fill_diagonal(d, np.inf)
+        order = np.argsort(d, axis=1)
+        d1 = d[np.arange(len(t)), order[:, 0]]
+        d2 = d[np.arange(len(t)), order[:, 1]]
+        mutual = order[order[:, 0], 0] == np.arange(len(t))
+        keep = mutual & (d1 < ratio * d2) & (np.arange(len(t)) < order[:, 0])
+        pos.append(d1[keep])
+        allp.append(d[np.triu_indices(len(t), 1)])
+    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0)  # noqa: E731
+    return cat(pos), cat(allp)
+
+
+def fit_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed: int) -> PairModel | None:
+    """Balanced logistic fit of positives against the within-text background; None when the
+    corpus has too few texts of 3+ tokens, or no distance spread to learn from."""
+    from sklearn.linear_model import LogisticRegression
+    pos, background = confident_pairs(x, texts, ratio)
+    if len(pos) < 20 or len(background) < 20 or np.ptp(np.r_[pos, background]) == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    background = background[rng.permutation(len(background))[:20000]]
+    d = np.r_[pos, background][:, None]
+    y = np.r_[np.ones(len(pos)), np.zeros(len(background))]
+    w = np.r_[np.full(len(pos), 0.5 / len(pos)), np.full(len(background), 0.5 / len(background))] * len(y)
+    lr = LogisticRegression().fit(d, y, sample_weight=w)
+    b = -float(lr.coef_[0, 0])
+    if b <= 0:
+        return None
+    return PairModel(float(lr.intercept_[0]), b, len(pos))
+
+
+def refit_pair_model(x: np.ndarray, z: np.ndarray, seed: int, n_pairs: int = 20000) -> PairModel | None:
+    """The pair model again, now with the types found as supervision: pairs of tokens within a
+    type (any texts: across hands) against pairs from different types."""
+    from sklearn.linear_model import LogisticRegression
+    rng = np.random.default_rng(seed)
+    order = np.argsort(z, kind="stable")
+    size = np.bincount(z)
+    start = np.r_[0, np.cumsum(size)[:-1]]
+    i = rng.integers(len(z), size=n_pairs)
+    ok = size[z[i]] > 1
+    i = i[ok]
+    j = order[start[z[i]] + rng.integers(size[z[i]])]
+    keep = i != j
+    pos = np.linalg.norm(x[i[keep]] - x[j[keep]], axis=1)
+    a, b = rng.integers(len(z), size=(2, n_pairs))
+    diff = z[a] != z[b]
+    neg = np.linalg.norm(x[a[diff]] - x[b[diff]], axis=1)
+    if len(pos) < 20 or len(neg) < 20:
+        return None
+    d = np.r_[pos, neg][:, None]
+    y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+    w = np.r_[np.full(len(pos), 0.5 / len(pos)), np.full(len(neg), 0.5 / len(neg))] * len(y)
+    lr = LogisticRegression().fit(d, y, sample_weight=w)
+    b_ = -float(lr.coef_[0, 0])
+    return PairModel(float(lr.intercept_[0]), b_, len(pos)) if b_ > 0 else None
+
+
+def micro_clusters(x: np.ndarray, image_index: np.ndarray, clean: bool, pair: PairModel | None,
+                   cfg: LMConfig, seed: int) -> np.ndarray:
+    """The starting partition: distinct images (clean corpus), else average linkage cut where the
+    pair model's odds are even (k-means with n/8 clusters above max_linkage_tokens)."""
+    if clean or pair is None:
+        return np.unique(image_index, return_inverse=True)[1]
+    if len(x) > cfg.max_linkage_tokens:
+        from signclust.models.baselines._nets import faiss_kmeans
+        return faiss_kmeans(x, max(2, len(x) // 8), seed=seed, niter=20)[0]
+    from scipy.cluster.hierarchy import fcluster, linkage
+    return fcluster(linkage(x, "average"), pair.even_odds, "distance") - 1
+
+
+# --------------------------------------------------------------------------- the three terms
+def context_counts(z: np.ndarray, texts: list[np.ndarray], k: int, ref: np.ndarray | None = None,
+                   k_ref: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """L[c, j]: tokens of type c preceded by a token of context symbol j; R[c, j]: followed by
+    one. Context symbols are the types themselves, or ``ref`` (a fixed coarser partition) when
+    given. Column k_ref is the text boundary (BOS on the left, EOS on the right)."""
+    ref, k_ref = (z, k) if ref is None else (ref, k_ref)
+    left, right = np.zeros((k, k_ref + 1)), np.zeros((k, k_ref + 1))
+    for t in texts:
+        zt, rt = z[t], ref[t]
+        np.add.at(left, (zt, np.r_[k_ref, rt[:-1]]), 1)
+        np.add.at(right, (zt, np.r_[rt[1:], k_ref]), 1)
+    return left, right
+
+
+def log_dm(counts: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """log Dirichlet-multinomial marginal likelihood of each row of counts (sequence form):
+    the log probability of the row's outcomes, each predicted from the ones before it."""
+    total = alpha.sum()
+    return (gammaln(total) - gammaln(total + counts.sum(-1))
+            + (gammaln(alpha + counts) - gammaln(alpha)).sum(-1))
+
+
+def context_prior(ref: np.ndarray, n_texts: int, k: int, beta: float) -> np.ndarray:
+    """Dirichlet parameters of the context rows: beta (k + 1) x the context symbol (and
+    boundary) frequencies."""
+    freq = np.r_[np.bincount(ref, minlength=k), n_texts].astype(np.float64)
+    return beta * (k + 1) * freq / freq.sum()
+
+
+def lm_gain(left: np.ndarray, right: np.ndarray, alpha: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """dL_LM for merging u[i] with v[i]: log Bayes factor of one shared left and one shared right
+    context distribution against two of each."""
+    def bf(c):
+        return log_dm(c[u] + c[v], alpha) - log_dm(c[u], alpha) - log_dm(c[v], alpha)
+    return bf(left) + bf(right)
+
+
+def hom_gain(x: np.ndarray, z: np.ndarray, k: int, pair: PairModel, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """dL_hom: the pair model's log-odds at the RMS distance between the two types' tokens."""
+    size = np.bincount(z, minlength=k).astype(np.float64)
+    cen = np.zeros((k, x.shape[1]))
+    np.add.at(cen, z, x)
+    cen /= size[:, None]
+    sq = np.bincount(z, weights=(x.astype(np.float64) ** 2).sum(1), minlength=k) / size
+    rms = np.sqrt(np.maximum(sq[u] + sq[v] - 2 * (cen[u] * cen[v]).sum(1), 0.0))
+    return pair.log_odds(rms)
+
+
+def within_text_evidence(x: np.ndarray, z: np.ndarray, k: int, texts: list[np.ndarray],
+                         pair: PairModel) -> "sparse.csr_matrix":
+    """(k, k) sum over texts of the pair model's log-odds between the tokens of type u and the
+    tokens of type v *in the same text*. One text is one hand, so this compares like with like:
+    two different signs that share texts look different there; the fragments of one sign split
+    by hand never share a text and get no evidence against their merge."""
+    from scipy import sparse
+    from scipy.spatial.distance import cdist
+    rows, cols, vals = [], [], []
+    for t in texts:
+        if len(t) < 2:
+            continue
+        lo = pair.log_odds(cdist(x[t], x[t]))
+        zt = z[t]
+        iu = np.triu_indices(len(t), 1)
+        a, b = zt[iu[0]], zt[iu[1]]
+        keep = a != b
+        rows.append(np.minimum(a, b)[keep])
+        cols.append(np.maximum(a, b)[keep])
+        vals.append(lo[iu][keep])
+    if not rows:
+        return sparse.csr_matrix((k, k))
+    return sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(k, k))
+
+
+def nearest_link(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int) -> "sparse.csr_matrix":
+    """(k, k) smallest token-to-token distance between two types over a token kNN graph
+    (``edges`` = (i, j, d)); stored as 1 / (1 + d) so that absent links read as 0."""
+    from scipy import sparse
+    i, j, d = edges
+    a, b = z[i], z[j]
+    keep = a != b
+    a, b, d = np.minimum(a, b)[keep], np.maximum(a, b)[keep], d[keep]
+    m = sparse.coo_matrix((1.0 / (1.0 + d), (a, b)), shape=(k, k)).tocsr()
+    m.sum_duplicates()                       # coo -> csr sums duplicates; take the max instead:
+    best = sparse.coo_matrix((1.0 / (1.0 + d), (a, b)), shape=(k, k))
+    order = np.lexsort((-best.data, best.row * k + best.col))
+    key = best.row[order] * k + best.col[order]
+    first = np.r_[True, key[1:] != key[:-1]]
+    return sparse.csr_matrix((best.data[order][first], (best.row[order][first], best.col[order][first])), shape=(k, k))
+
+
+def dup_prior(rank: np.ndarray, c0: float) -> np.ndarray:
+    """Prior log-odds of a merge: -c0 for the visually nearest type, less by log(rank) further out."""
+    return -c0 - np.log(rank)
+
+
+# --------------------------------------------------------------------------- merge moves
+def candidate_pairs(cen: np.ndarray, left: np.ndarray, right: np.ndarray, k_nn: int, by_context: bool = True):
+    """Each type's visually nearest and (with ``by_context``) context-nearest types; returns
+    (u, v, visual rank, match ratio), u < v; the match ratio is finite for mutual nearest types:
+    their distance over the distance to either one's second nearest type (Lowe's ratio test)."""
+    from scipy.spatial.distance import cdist
+    k = len(cen)
+    d = cdist(cen, cen)
+    np.fill_diagonal(d, np.inf)
+    rank_of = np.empty_like(d, dtype=np.int64)
+    order = np.argsort(d, axis=1)
+    rank_of[np.arange(k)[:, None], order] = np.arange(1, k + 1)
+    prof = np.concatenate([left, right], axis=1)
+    prof /= np.linalg.norm(prof, axis=1, keepdims=True) + 1e-12
+    sim = prof @ prof.T
+    np.fill_diagonal(sim, -np.inf)
+    kk = min(k_nn, k - 1)
+    partners = order[:, :kk]
+    if by_context:
+        partners = np.concatenate([partners, np.argsort(-sim, axis=1)[:, :kk]], axis=1)
+    u = np.repeat(np.arange(k), partners.shape[1])
+    v = partners.ravel()
+    pairs = np.unique(np.stack([np.minimum(u, v), np.maximum(u, v)], 1), axis=0)
+    u, v = pairs[:, 0], pairs[:, 1]
+    d1, d2 = d[np.arange(k), order[:, 0]], d[np.arange(k), order[:, 1]] if k > 2 else np.full(k, np.inf)
+    ratio = np.maximum(d1[u], d1[v]) / np.maximum(np.minimum(d2[u], d2[v]), 1e-12)
+    mutual = (order[u, 0] == v) & (order[v, 0] == u)
+    return u, v, np.minimum(rank_of[u, v], rank_of[v, u]), np.where(mutual, ratio, np.inf)
+
+
+def disjoint_best(u: np.ndarray, v: np.ndarray, gain: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Greedy: the highest positive gains first, each type in at most one merge of the round."""
+    chosen, used = [], set()
+    for i in np.argsort(-gain):
+        if gain[i] <= 0 or len(chosen) >= limit:
+            break
+        a, b = int(u[i]), int(v[i])
+        if a not in used and b not in used:
+            used.update((a, b))
+            chosen.append((a, b))
+    return chosen
 
 
 @register
 class LMSignClusterer(Clusterer):
     name = "lm"
     needs_k = False
-
-    DEFAULTS = {
-        "s": 0,                    # upper bound on types (unused types are allowed); 0: as many as the
-                                   # init_threshold cut gives (500 when it does not apply)
-        "d": 32,
-        "hidden": 64,
-        "layers": 1,
-        "dropout": 0.3,            # an LM that generalises is what rewards merging (RESEARCH_NOTES §4)
-        "w_hom": 1.0,
-        "w_lm": 1.0,
-        "w_dup": 1.0,
-        "hom_norm": "n",           # seed: "sn" (1/(s n)) makes L_hom s times weaker than L_LM
-        "detach_target": True,     # seed: False (the target is p itself, which then collapses)
-        "entropy_alpha": 0.9,      # H(next|ctx) - alpha H(next) rewards merging free variants, not collapse
-        "dup_similarity": "kernel",  # seed: "linear" (1 - d)
-        "tie": "image",            # rows of S shared by: token (seed) | image (identical images) | micro
-        "micro_clusters": 0,       # with tie=micro: number of visual micro-clusters (0: 3*s)
-        "init": "ward",            # random (seed) | kmeans | ward: S starts from a cheap visual clustering
-        "init_scale": 3.0,         # logit given to the initial cluster
-        "init_pca": 50,
-        "init_threshold": 21.0,    # seed: 0 (s types). Ward tree cut at this height (PCA-50 of the normalised
-                                   # glyphs, whose scale is fixed by the normalisation): s = the clusters found,
-                                   # so K is not given. Tuned on cypriot (K 62, 53 gold); lineara gets 199 (317 gold)
-        "max_len": 32,             # texts are cut into windows of this many tokens for the LSTM (0: whole
-                                   # texts, the seed). Padding every text to the longest one cost 6 s a step
-        "glyph_norm": True,        # seed: False. Init features (and hom_distance=normalized) from binarised,
-                                   # despeckled, bounding-box-normalised 32 px glyphs: ink, stroke noise,
-                                   # position and size vary by hand, not by type (Ward V 0.53 -> 0.66 on cypriot)
-        "hom_distance": "normalized",  # seed: "pixels" (the distance stage's mean |dpixel|); "normalized":
-                                   # the same mean |d| on the normalised glyphs, so L_hom agrees with the init
-        "temperature": 1.0,
-        "temperature_end": 1.0,    # annealed linearly over the epochs
-        "eos": True,               # predict an end-of-text type (text boundaries seen by the LM)
-        "epochs": 60,
-        "batch_texts": 0,          # texts per step; 0 = full batch
-        "lr_s": 0.05,
-        "lr": 0.003,
-        "exemplar_every": 1,       # steps between exemplar recomputations
-        "cache_columns": 4096,     # on-demand distance columns kept (large corpora)
-    }
-    PAPER: dict = {}               # the seed gives no numeric settings; see presets `seed` and `large`
+    Config = LMConfig
 
     def __init__(self, **params):
-        unknown = sorted(set(params) - set(self.DEFAULTS) - {"variant"})
+        known = {f.name for f in dataclasses.fields(LMConfig)}
+        unknown = sorted(set(params) - known)
         if unknown:
-            raise UserError(f"lm: unknown parameter(s) {', '.join(unknown)}")
-        super().__init__(**{**self.DEFAULTS, **params})
-        p = self.params
-        if p["s"] != 0 and p["s"] < 2:
-            raise UserError("lm: s must be 0 (from init_threshold) or at least 2")
-        if p["tie"] not in ("token", "image", "micro"):
-            raise UserError("lm: tie must be token, image or micro")
-        if p["init"] not in ("random", "kmeans", "ward"):
-            raise UserError("lm: init must be random, kmeans or ward")
-        if p["hom_norm"] not in ("n", "sn"):
-            raise UserError("lm: hom_norm must be n or sn")
-        if p["hom_distance"] not in ("pixels", "normalized"):
-            raise UserError("lm: hom_distance must be pixels or normalized")
+            raise UserError(f"lm: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        self.cfg = LMConfig(**params)
+        _check(self.cfg)
+        for f in dataclasses.fields(LMConfig):     # 32.0 -> 32 for integer parameters
+            if f.type == "int":
+                setattr(self.cfg, f.name, int(getattr(self.cfg, f.name)))
+        super().__init__(**dataclasses.asdict(self.cfg))
 
-    # -- setup ------------------------------------------------------------------------------
-    def _rows(self, corpus: Corpus, feats: np.ndarray | None, seed: int) -> np.ndarray:
-        tie = self.params["tie"]
-        if tie == "token":
-            return np.arange(corpus.n_tokens)
-        if tie == "image":
-            return corpus.image_index()
-        k = self.params["micro_clusters"] or 3 * (self.params["s"] or 500)
-        return kmeans_labels(feats, k, seed)
-
-    def _init_S(self, model: TypeLM, clusters: np.ndarray | None, gen: torch.Generator):
-        p = self.params
-        with torch.no_grad():
-            if clusters is None:
-                model.S.normal_(0, 1.0, generator=gen)
-                return
-            model.S.zero_()
-            model.S[torch.arange(len(clusters)), torch.from_numpy(clusters)] = p["init_scale"]
-            model.S.add_(0.01 * torch.randn(model.S.shape, generator=gen))
-
-    def config_hash(self, corpus: Corpus, seed: int) -> str:
-        blob = json.dumps({"params": self.params, "seed": seed, "n": corpus.n_tokens,
-                           "meta": corpus.meta.get("name", "")}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    # -- training ---------------------------------------------------------------------------
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
-        p = self.params
-        seed_everything(ctx.seed)
-        device = torch_device(ctx.device)
-        gen = torch.Generator().manual_seed(ctx.seed)
-        normed = normalize_glyphs(corpus.images) if (p["glyph_norm"] or p["hom_distance"] == "normalized") else None
-        if p["hom_distance"] == "normalized":
-            dist: DistanceProvider = OnDemandDistances(normed, corpus.image_index(), p["cache_columns"])
-        else:
-            dist = ctx.distances or OnDemandDistances(corpus.images, corpus.image_index(), p["cache_columns"])
-        needs_feats = p["tie"] == "micro" or p["init"] != "random"
-        feats = pixel_features(corpus, p["init_pca"], ctx.seed, normed if p["glyph_norm"] else None) \
-            if needs_feats else None
-        rows_np = self._rows(corpus, feats, ctx.seed)
-        n_rows = int(rows_np.max()) + 1
-        s = p["s"]
-        init_clusters = None
-        if p["init"] != "random":
-            first_token = np.unique(rows_np, return_index=True)[1]   # a representative token per row
-            init_clusters = visual_clusters(feats[first_token], s, p["init"], ctx.seed,
-                                            p["init_threshold"] if p["init"] == "ward" else 0.0)
-            if s == 0:
-                s = int(init_clusters.max()) + 1
-        elif s == 0:
-            s = 500
-        n_out = s + 1 if p["eos"] else s
-        model = TypeLM(n_rows, s, p["d"], p["hidden"], p["layers"], p["dropout"])
-        if p["eos"]:
-            model.head = nn.Linear(p["hidden"], n_out)
-        self._init_S(model, init_clusters, gen)
-        model.to(device)
-        rows = torch.from_numpy(np.array(rows_np, dtype=np.int64)).to(device)
-        texts = [t for t in corpus.texts() if len(t) > 0]
-        if p["max_len"] > 0:
-            texts = [t[i:i + p["max_len"]] for t in texts for i in range(0, len(t), p["max_len"])]
-        opt = torch.optim.Adam([
-            {"params": [model.S], "lr": p["lr_s"]},
-            {"params": [q for name, q in model.named_parameters() if name != "S"], "lr": p["lr"]},
-        ])
+        cfg, t0 = self.cfg, time.time()
+        texts = [t for t in corpus.texts() if len(t)]
+        text_index = np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1]
+        image_index = corpus.image_index()
+        # visual side: features per distinct image, then per token with the hand removed
+        feats = glyph_features(np.asarray(corpus.images), cfg, ctx.seed)
+        x = text_centre(feats[image_index], text_index, cfg.text_centring)                  # (n, D)
+        clean = len(corpus.images) <= cfg.clean_share * corpus.n_tokens
+        pair = None if clean else fit_pair_model(x, texts, cfg.pair_ratio, ctx.seed)
+        z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
+        k0 = int(z.max()) + 1
+        self.ref = None
+        if pair is not None:
+            from sklearn.neighbors import NearestNeighbors
+            kn = min(cfg.candidates, len(x) - 1)
+            dist, nb = NearestNeighbors(n_neighbors=kn + 1).fit(x).kneighbors(x)
+            self.edges = (np.repeat(np.arange(len(x)), kn), nb[:, 1:].ravel(), dist[:, 1:].ravel())
+        if cfg.context_types:
+            from scipy.cluster.hierarchy import fcluster, ward
+            self.ref = fcluster(ward(x), min(cfg.context_types, len(x)), "maxclust") - 1
+        setup_s = time.time() - t0
+        history = []
+        for refit in range(cfg.refits + 1):
+            if refit:
+                new = refit_pair_model(x, np.unique(z, return_inverse=True)[1], ctx.seed)
+                if new is None:
+                    break
+                pair = new
+            z = self._merge(z, x, texts, pair, history, ctx)
+        z = np.unique(z, return_inverse=True)[1]
+        k = int(z.max()) + 1
+        embedding = self._embedding(x, z, texts, k)
+        info = {"k_found": k, "micro_clusters": k0, "rounds": len(history), "clean_corpus": bool(clean),
+                "pair_model": dataclasses.asdict(pair) if pair else None, "setup_s": setup_s,
+                "seconds_fit": time.time() - t0, "history": history}
+        return ClusterResult(z, embedding, info)
 
-        start_epoch, history = 0, []
-        ckpt = Path(ctx.checkpoint_dir) / f"lm-{self.config_hash(corpus, ctx.seed)}.pt" if ctx.checkpoint_dir else None
-        if ckpt is not None and ckpt.exists():
-            state = torch.load(ckpt, map_location=device, weights_only=False)
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["opt"])
-            start_epoch, history = state["epoch"], state["history"]
-
-        n = corpus.n_tokens
-        t0 = time.time()
-        bar = tqdm(range(start_epoch, p["epochs"]), desc=f"lm seed{ctx.seed}", disable=not ctx.progress,
-                   initial=start_epoch, total=p["epochs"])
-        step = start_epoch * math.ceil(len(texts) / (p["batch_texts"] or len(texts)))
-        exemplars, d_cols, ex_sim = None, None, None
-        for epoch in bar:
-            # each epoch's randomness derives from (seed, epoch): a resumed run replays it exactly
-            torch.manual_seed(ctx.seed * 100003 + epoch)
-            order = np.random.default_rng([ctx.seed, epoch]).permutation(len(texts))
-            temperature = p["temperature"] + (p["temperature_end"] - p["temperature"]) * epoch / max(1, p["epochs"] - 1)
-            model.train()
-            sums = {"loss": 0.0, "hom": 0.0, "lm": 0.0, "dup": 0.0, "entropy": 0.0}
-            batches = 0
-            for ids, mask in padded_batches(texts, p["batch_texts"], order):
-                ids, mask = ids.to(device), mask.to(device)
-                p_all = model.probs(rows, temperature)                 # (n, s)
-                if exemplars is None or step % p["exemplar_every"] == 0:
-                    new_ex = p_all.detach().argmax(0).cpu().numpy()
-                    if exemplars is None or not np.array_equal(new_ex, exemplars):
-                        exemplars = new_ex
-                        d_cols = torch.from_numpy(dist.columns(exemplars)).to(device)      # (n, s)
-                        d_ex = d_cols[torch.from_numpy(exemplars).to(device)]              # (s, s)
-                        scale = float(torch.median(d_ex[~torch.eye(s, dtype=torch.bool, device=device)]))
-                        ex_sim = similarity(d_ex, p["dup_similarity"], max(scale, 1e-6))
-                l_hom = hom_loss(p_all, d_cols, p["hom_norm"])
-                l_dup = dup_loss(p_all, ex_sim)
-                entropy = marginal_entropy(p_all)
-                p_seq = p_all[ids.clamp_min(0)] * mask[..., None]
-                target = p_seq.detach() if p["detach_target"] else p_seq
-                if p["eos"]:
-                    target, mask_lm = _with_eos(target, mask)
-                    p_in = torch.cat([p_seq, torch.zeros_like(p_seq[:, :1])], dim=1)
-                else:
-                    mask_lm, p_in = mask.float(), p_seq
-                logits = model.next_type_logits(p_in)
-                l_lm = lm_loss(logits, target, mask_lm)
-                loss = p["w_hom"] * l_hom + p["w_lm"] * (l_lm - p["entropy_alpha"] * entropy) + p["w_dup"] * l_dup
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                step += 1
-                batches += 1
-                for key, val in (("loss", loss), ("hom", l_hom), ("lm", l_lm), ("dup", l_dup), ("entropy", entropy)):
-                    sums[key] += float(val.detach())
-            with torch.no_grad():
-                in_use = int(torch.unique(model.probs(rows, temperature).argmax(1)).numel())
-            record = {k: v / batches for k, v in sums.items()} | {"types_in_use": in_use, "epoch": epoch + 1}
-            history.append(record)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", hom=f"{record['hom']:.3f}", lm=f"{record['lm']:.2f}",
-                            K=in_use)
-            if ckpt is not None:           # saved before logging: a failing logger does not lose the epoch
-                _save_checkpoint(ckpt, {"model": model.state_dict(), "opt": opt.state_dict(),
-                                        "epoch": epoch + 1, "history": history})
+    def _merge(self, z, x, texts, pair, history, ctx):
+        cfg = self.cfg
+        for rnd in range(cfg.max_rounds):
+            z = np.unique(z, return_inverse=True)[1]
+            k = int(z.max()) + 1
+            if k < 2:
+                break
+            ref, k_ref = (z, k) if self.ref is None else (self.ref, int(self.ref.max()) + 1)
+            left, right = context_counts(z, texts, k, ref, k_ref)                          # (k, k_ref+1)
+            alpha = context_prior(ref, len(texts), k_ref, cfg.context_beta)
+            size = np.bincount(z, minlength=k).astype(np.float64)
+            cen = np.zeros((k, x.shape[1]))
+            np.add.at(cen, z, x)
+            cen /= size[:, None]
+            u, v, rank, ratio = candidate_pairs(cen, left, right, cfg.candidates, by_context=pair is None)
+            visual = cfg.w_dup * dup_prior(rank, cfg.rank_c0)
+            if pair is None:
+                visual = visual + cfg.match_bonus * (ratio < cfg.match_ratio)
+            else:
+                same_hand = np.asarray(within_text_evidence(x, z, k, texts, pair)[u, v]).ravel()
+                link = np.asarray(nearest_link(self.edges, z, k)[u, v]).ravel()
+                d_min = np.where(link > 0, 1.0 / np.maximum(link, 1e-12) - 1.0, np.inf)
+                visual = np.maximum(visual, cfg.w_hom * pair.log_odds(d_min) - cfg.link_c0) + cfg.w_hom * same_hand
+            gain = cfg.w_lm * lm_gain(left, right, alpha, u, v) + visual
+            merges = disjoint_best(u, v, gain, max(1, int(cfg.batch * k)))
+            if not merges:
+                break
+            mapping = np.arange(k)
+            for a, b in merges:
+                mapping[b] = a
+            z = mapping[z]
+            history.append({"round": len(history) + 1, "types": k - len(merges), "merges": len(merges),
+                            "best_gain": float(gain.max()), "accepted_gain": float(sum(
+                                gain[(u == a) & (v == b)][0] for a, b in merges))})
             if ctx.log_metrics:
-                ctx.log_metrics({k: v for k, v in record.items() if k != "epoch"}, epoch + 1)
-        bar.close()
+                ctx.log_metrics({k_: v_ for k_, v_ in history[-1].items() if k_ != "round"}, len(history))
+        return z
 
-        model.eval()
-        with torch.no_grad():
-            temperature = p["temperature_end"]
-            p_final = model.probs(rows, temperature)
-            labels = p_final.argmax(1).cpu().numpy()
-            embedding = (p_final @ model.E).cpu().numpy()
-        info = {"k_found": int(len(np.unique(labels))), "epochs": p["epochs"], "rows": n_rows,
-                "seconds_train": time.time() - t0, "history": history[-1:] if history else [],
-                "final": history[-1] if history else {}, "n_tokens": n}
-        return ClusterResult(labels, embedding, info)
-
-
-def _with_eos(target: torch.Tensor, mask: torch.Tensor):
-    """Append an end-of-text class: the LM also learns where texts end."""
-    b, length, s = target.shape
-    out = torch.zeros(b, length + 1, s + 1, dtype=target.dtype, device=target.device)
-    out[:, :length, :s] = target
-    lengths = mask.sum(1)
-    out[torch.arange(b), lengths, s] = 1.0
-    new_mask = torch.zeros(b, length + 1, device=target.device)
-    new_mask[:, :length] = mask.float()
-    new_mask[torch.arange(b), lengths] = 1.0
-    return out, new_mask
-
-
-def _save_checkpoint(path: Path, state: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    @staticmethod
+    def _embedding(x: np.ndarray, z: np.ndarray, texts: list[np.ndarray], k: int, dims: int = 16) -> np.ndarray:
+        """Each token's visual feature followed by its type's context profile (left and right
+        neighbour distributions, reduced by SVD), both blocks at unit total variance."""
+        left, right = context_counts(z, texts, k)
+        prof = np.concatenate([left, right], axis=1)
+        prof /= prof.sum(1, keepdims=True) + 1e-12
+        dims = max(1, min(dims, k - 1, prof.shape[1]))
+        u, s, _ = np.linalg.svd(prof - prof.mean(0), full_matrices=False)
+        ctx = (u[:, :dims] * s[:dims])[z]
+        blocks = [x, ctx]
+        return np.concatenate([b / np.sqrt(max(float(b.var(0).sum()), 1e-12)) for b in blocks], axis=1).astype(np.float32)

@@ -10,7 +10,7 @@ import torch
 
 from signclust.errors import UserError
 from signclust.models.base import FitContext
-from signclust.models.lm_clusterer import (LMSignClusterer, dup_loss, hom_loss, lm_loss,
+from signclust.models.lm_gradient import (GradientLMClusterer as LMSignClusterer, dup_loss, hom_loss, lm_loss,
                                            marginal_entropy, normalize_glyphs)
 
 # the literal reading of seed 000 (params.yaml presets.lm.seed)
