@@ -16,7 +16,7 @@ from signclust import tracking
 from signclust.config import REPO_ROOT, section
 from signclust.data import sources
 from signclust.data.contact_sheet import contact_sheet
-from signclust.data.corpus import Corpus, dedupe_images
+from signclust.data.corpus import Corpus, check_corpus_out, dedupe_images
 from signclust.data.fonts import FONT_FILES, SCRIPT_FONTS
 from signclust.data.render import Renderer
 from signclust.errors import UserError, cli_main
@@ -71,8 +71,14 @@ def main(argv=None):
     ap.add_argument("--out", help="output folder (default data/corpora/<corpus>)")
     ap.add_argument("--sheet", help="contact sheet PNG (default reports/figures/contact_<corpus>.png)")
     args = ap.parse_args(argv)
+    if args.corpus not in BUILTIN:
+        raise UserError(f"unknown built-in corpus '{args.corpus}'; known: {', '.join(BUILTIN)} "
+                        "(your own corpus: python -m signclust.data.import_corpus)")
     params = section("prepare")
-    out = Path(args.out or REPO_ROOT / "data" / "corpora" / args.corpus)
+    if args.corpus not in (params.get("corpora") or {}):
+        raise UserError(f"params.yaml prepare.corpora has no '{args.corpus}' entry")
+    # replacing a corpus is what this stage does; replacing anything else is not
+    out = check_corpus_out(args.out or REPO_ROOT / "data" / "corpora" / args.corpus, force=True)
     sheet = Path(args.sheet or REPO_ROOT / "reports" / "figures" / f"contact_{args.corpus}.png")
     t0 = time.time()
     corpus = build(args.corpus, params)

@@ -67,6 +67,9 @@ class Clusterer(ABC):
     PARAMS: dict | None = None              # name -> Param; None: legacy class with plain DEFAULTS
     PRESETS: dict[str, dict] = {}           # named parameter sets (the paper's settings as "paper")
     DEFAULTS: dict = {}                     # derived from PARAMS (do not declare both)
+    # True: fit() checkpoints through signclust.models.checkpoint.FitCheckpoint in ctx.checkpoint_dir.
+    # False: the train stage gives it a folder keyed by the fit's content and holds the lock itself.
+    fit_checkpoint: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

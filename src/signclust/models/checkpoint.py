@@ -231,6 +231,7 @@ class FitCheckpoint:
         self.dir = Path(directory) if directory is not None else None
         self.key = dict(key or {})
         self.label = label
+        self.saves = 0                     # saves of this fit so far, resumes included
         self._lock_fd: int | None = None
 
     @classmethod
@@ -309,6 +310,7 @@ class FitCheckpoint:
                  "starting from the beginning")
             return None
         state = doc["state"]
+        self.saves = int(doc.get("saves", 0))
         where = f" at epoch {state['epoch']}" if isinstance(state, dict) and "epoch" in state else ""
         _say(f"resuming {self.label}{where} from {self.path}")
         return state
@@ -318,4 +320,5 @@ class FitCheckpoint:
             return
         if self._lock_fd is None:
             raise RuntimeError("FitCheckpoint.save outside its `with` block")
-        save_atomic({"format": FORMAT, "key": self.key, "state": state}, self.path)
+        self.saves += 1
+        save_atomic({"format": FORMAT, "key": self.key, "saves": self.saves, "state": state}, self.path)

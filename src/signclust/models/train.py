@@ -21,6 +21,8 @@ under <out>/.checkpoints/<run>/<corpus>/seed<k>/ and resume after a kill with th
 from __future__ import annotations
 
 import argparse
+import hashlib
+import sys
 import time
 from pathlib import Path
 
@@ -142,7 +144,7 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
                              log_metrics=mlrun.log_metrics,
                              checkpoint_dir=str(ckpt_dir) if ckpt_dir else None)
             t0 = time.time()
-            result = clusterer.fit(corpus, ctx)
+            result = fit_with_checkpoints(clusterer, corpus, ctx)
             seconds = time.time() - t0
             folder = out_root / run_name / corpus_name / f"seed{seed}"
             save_result(result, folder, {"method": method, "run": run_name, "preset": preset, "seed": seed,
@@ -154,6 +156,31 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
         print(f"{run_name}/{corpus_name}/seed{seed}: K found {result.k_found}, {seconds:.1f}s -> {folder}")
         summaries.append({"seed": seed, "k_found": result.k_found, "seconds": seconds})
     return summaries
+
+
+def fit_with_checkpoints(clusterer, corpus: Corpus, ctx: FitContext):
+    """``clusterer.fit``; a class that does not use FitCheckpoint itself (``fit_checkpoint`` False: the
+    LM clusterer until its rewrite, the classical methods) gets a checkpoint folder keyed by the fit's
+    content key (``<checkpoint_dir>/fit-<key>``, older keys removed) and the same lock, so that it can
+    neither resume another fit nor collide with a concurrent one; the folder is removed when it
+    finishes."""
+    if not ctx.checkpoint_dir or type(clusterer).fit_checkpoint:
+        return clusterer.fit(corpus, ctx)
+    import dataclasses
+    import shutil
+
+    from signclust.models.checkpoint import FitCheckpoint, fit_key
+    key = fit_key(clusterer, corpus, ctx)
+    folder = Path(ctx.checkpoint_dir)
+    own = folder / ("fit-" + hashlib.sha256("".join(key[k] for k in sorted(key)).encode()).hexdigest()[:16])
+    with FitCheckpoint(folder, key, f"{clusterer.name} seed {ctx.seed}"):
+        for other in folder.glob("fit-*"):
+            if other != own:
+                print(f"checkpoint: ignoring {other}: written for a different fit; removed", file=sys.stderr)
+                shutil.rmtree(other, ignore_errors=True)
+        result = clusterer.fit(corpus, dataclasses.replace(ctx, checkpoint_dir=str(own)))
+        shutil.rmtree(own, ignore_errors=True)
+    return result
 
 
 def checkpoint_root(out_root: Path) -> Path:
@@ -168,6 +195,8 @@ def _prune_empty(folder: Path, stop: Path) -> None:
     while folder != stop and stop in folder.parents:
         try:
             folder.rmdir()
+        except FileNotFoundError:
+            pass
         except OSError:
             return
         folder = folder.parent

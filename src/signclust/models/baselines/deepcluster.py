@@ -90,6 +90,7 @@ class _DeepClusterNet(nn.Module):
 class DeepCluster(Baseline):
     name = "deepcluster"
     needs_k = True
+    fit_checkpoint = True
     PARAMS = {
         "epochs": Param(30, int, min=1, doc="clustering + training passes"),
         "batch_size": Param(128, int, min=2, doc="images per SGD step"),

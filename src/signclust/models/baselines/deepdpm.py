@@ -371,6 +371,7 @@ def ae_features(images: np.ndarray, feat_dim: int, width: int, epochs: int, lr: 
 class DeepDPM(Clusterer):
     name = "deepdpm"
     needs_k = False
+    fit_checkpoint = True
 
     PARAMS = {
         "features": Param("pca", str, choices=("pca", "ae"), doc="what is clustered: PCA of pixels | AE codes"),

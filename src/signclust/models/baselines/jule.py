@@ -354,6 +354,7 @@ def weighted_triplet_loss(f: torch.Tensor, labels: torch.Tensor, gamma: float = 
 class JULE(Clusterer):
     name = "jule"
     needs_k = True
+    fit_checkpoint = True
 
     PARAMS = {
         "ks": Param(20, int, min=1, doc="K_s: neighbours in the sample graph"),

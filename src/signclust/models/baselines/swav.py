@@ -79,6 +79,7 @@ class _SwAVNet(nn.Module):
 class SwAV(Baseline):
     name = "swav"
     needs_k = True
+    fit_checkpoint = True
     PARAMS = {
         "epochs": Param(25, int, min=1, doc="training passes"),
         "batch_size": Param(128, int, min=2, doc="images per step (capped at the corpus size)"),

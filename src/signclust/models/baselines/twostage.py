@@ -159,6 +159,7 @@ def ue_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 class TwoStage(Baseline):
     name = "twostage"
     needs_k = True
+    fit_checkpoint = True
     PARAMS = {
         "width": Param(16, int, min=1, doc="channels of the first conv block"),
         "dim": Param(128, int, min=1, doc="embedding size (L2-normalised)"),
