@@ -15,7 +15,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
