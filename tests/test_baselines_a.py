@@ -67,8 +67,10 @@ def blob_corpus(n_per: int = 20, size: int = 16, seed: int = 0) -> Corpus:
 # ----------------------------------------------------------------------------- params
 @pytest.mark.parametrize("cls", ALL)
 def test_defaults_paper_and_unknown_params(cls):
-    assert set(cls.PAPER) <= set(cls.DEFAULTS), "PAPER must only set known parameters"
-    assert cls(**cls.PAPER).p == {**cls.DEFAULTS, **cls.PAPER}
+    paper = cls.PRESETS["paper"]
+    assert set(paper) <= set(cls.PARAMS), "the paper preset must only set known parameters"
+    assert cls(preset="paper").p == cls(**paper).p
+    assert cls(preset="paper").p == {**cls.DEFAULTS, **{k: cls.PARAMS[k].check(v) for k, v in paper.items()}}
     with pytest.raises(UserError, match="nonsense_key"):
         cls(nonsense_key=1)
 

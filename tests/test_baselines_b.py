@@ -214,7 +214,7 @@ def test_jule_needs_k_and_rejects_unknown_params(glyph_corpus):
         get_clusterer("jule", bogus=1)
     with pytest.raises(UserError):
         get_clusterer("jule", **_JULE_TINY).fit(glyph_corpus, FitContext(seed=0, progress=False))
-    assert set(jl.JULE.PAPER) == set(jl.JULE.DEFAULTS)
+    assert set(jl.JULE.PRESETS["paper"]) == set(jl.JULE.PARAMS)
 
 
 # =========================================================================== DeepDPM
@@ -308,4 +308,4 @@ def test_deepdpm_rejects_unknown_params():
         get_clusterer("deepdpm", bogus=1)
     with pytest.raises(UserError):
         get_clusterer("deepdpm", features="pixels")
-    assert set(dd.DeepDPM.PAPER) == set(dd.DeepDPM.DEFAULTS)
+    assert set(dd.DeepDPM.PRESETS["paper"]) == set(dd.DeepDPM.PARAMS)

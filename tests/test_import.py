@@ -188,7 +188,7 @@ def _bad_cases(tmp_path: Path, folder: Path):
         "empty_file": (m / "empty.csv", "is empty"),
         "header_only": (write_manifest(m / "header.csv", []), "has no rows"),
         "position_text": (write_manifest(m / "pos.csv", [ok, ("t", "abc", "small.png", "", "")]),
-                          "manifest row 3: position 'abc' is not a whole number >= 0"),
+                          "manifest row 3: position 'abc' is not a whole number from 0 to 2147483647"),
         "position_fraction": (write_manifest(m / "pos2.csv", [("t", "1.5", "small.png", "", "")]),
                               "manifest row 2: position '1.5' is not a whole number"),
         "position_negative": (write_manifest(m / "pos3.csv", [("t", "-1", "small.png", "", "")]),

@@ -21,16 +21,18 @@ PARAMS = {
         "lm_seed": {"method": "lm", "preset": "seed"},
         "ward_raw": {"method": "ward", "params": {"pca_dim": 0}},
         "bad_preset": {"method": "lm", "preset": "nope"},
+        "lm_seed_long": {"method": "lm", "preset": "seed", "params": {"s": 9, "epochs": 5}},
     },
     "models": {"lm": {"epochs": 2, "s": 0}, "ward": {"pca_dim": 10}},
     "presets": {"lm": {"seed": {"tie": "token", "s": 7}}},
 }
 
 
-def test_run_config_overlays_models_then_params_then_preset():
+def test_run_config_overlays_models_then_preset_then_row_params():
     method, cfg, preset = run_config("lm_seed", PARAMS)
     assert (method, preset) == ("lm", "seed")
     assert cfg == {"epochs": 2, "s": 7, "tie": "token"}
+    assert run_config("lm_seed_long", PARAMS)[1] == {"epochs": 5, "s": 9, "tie": "token"}
     method, cfg, preset = run_config("ward_raw", PARAMS)
     assert (method, cfg, preset) == ("ward", {"pca_dim": 0}, None)
 
@@ -54,6 +56,8 @@ def test_train_writes_run_folders_that_evaluate_reads(tiny_corpus, saved_corpus,
     assert result.k_found == 3                      # Ward was told K_true by the stage
     info = json.loads((out / "ward_raw" / "tiny" / "seed1" / "info.json").read_text())
     assert info["method"] == "ward" and info["seed"] == 1 and info["seconds"] >= 0
+    # the effective configuration: every resolved parameter, not only what params.yaml supplied
+    assert info["params"] == {"pca_dim": 0, "glyphs": False}
     metrics = tmp_path / "m.json"
     evaluate_main(["ward_raw", "tiny", "--corpus-dir", str(folder), "--runs-dir", str(out / "ward_raw" / "tiny"),
                    "--out", str(metrics)])
@@ -105,3 +109,25 @@ def test_render_shows_gap_and_dash_without_paper_figure():
                  {**base, "metric": "acc", "paper": None, "ours": 0.7, "gap": None}], "full")
     assert "| NMI | 0.500 | 0.450 ± 0.000 | -0.050 |" in md
     assert "| ACC | — | 0.700 ± 0.000 | — |" in md
+
+
+def test_train_logs_every_resolved_parameter_to_mlflow(tiny_corpus, saved_corpus, tmp_path, monkeypatch):
+    import contextlib
+
+    from signclust.models import train as train_mod
+    from signclust.models.base import get_class
+    logged = {}
+
+    class Recorder:
+        run_id = None
+        def log_params(self, params): logged.update(params)
+        def log_metrics(self, metrics, step=None): pass
+        def log_artifact(self, path): pass
+
+    monkeypatch.setattr(train_mod.tracking, "run", lambda *a, **k: contextlib.nullcontext(Recorder()))
+    folder = saved_corpus(tiny_corpus(n_types=3, per_type=6, n_texts=3), "tiny")
+    params = {**PARAMS, "runs": {"km": {"method": "kmeans", "params": {"n_init": 2}}}}
+    train("km", "tiny", [0], params, corpus_dir=folder, dist_dir=None, out_root=tmp_path / "runs",
+          ckpt_root=None, progress=False)
+    assert set(get_class("kmeans").PARAMS) <= set(logged)
+    assert logged["n_init"] == 2 and logged["n_iter"] == get_class("kmeans").DEFAULTS["n_iter"]

@@ -1,4 +1,4 @@
-"""params.yaml access: each stage reads its own slice, named parameter sets overlay it."""
+"""params.yaml access: each stage reads its own section (a method's layers: models/train.py run_config)."""
 from __future__ import annotations
 
 import copy
@@ -16,17 +16,34 @@ PARAMS_FILE = Path(os.environ.get("SIGNCLUST_PARAMS", REPO_ROOT / "params.yaml")
 
 
 def load_params(path: str | Path | None = None) -> dict:
+    """The parameter file as a dict; a missing, unreadable or malformed file is one UserError."""
     path = Path(path or PARAMS_FILE)
-    if not path.exists():
-        raise UserError(f"parameter file not found: {path}")
-    with open(path) as fh:
-        return yaml.safe_load(fh) or {}
+    if not path.is_file():
+        raise UserError(f"parameter file not found: {path}" if not path.exists()
+                        else f"parameter file {path} is not a file")
+    try:
+        with open(path) as fh:
+            doc = yaml.safe_load(fh)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{path} is not valid YAML{where}: {problem}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"cannot read parameter file {path}: {err}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise UserError(f"{path} must hold a mapping of sections, not a {type(doc).__name__}")
+    return doc
 
 
 def section(name: str, params: dict | None = None) -> dict:
     params = load_params() if params is None else params
     if name not in params:
         raise UserError(f"params.yaml has no '{name}' section")
+    if not isinstance(params[name], dict):
+        raise UserError(f"params.yaml section '{name}' must be a mapping")
     return copy.deepcopy(params[name])
 
 
@@ -39,17 +56,6 @@ def deep_update(base: dict, override: dict) -> dict:
         else:
             out[key] = copy.deepcopy(value)
     return out
-
-
-def with_preset(cfg: dict, preset: str | None, presets_key: str = "presets") -> dict:
-    """Overlay a named parameter set (``cfg[presets_key][preset]``) on ``cfg``."""
-    presets = cfg.get(presets_key, {}) or {}
-    base = {k: v for k, v in cfg.items() if k != presets_key}
-    if not preset:
-        return base
-    if preset not in presets:
-        raise UserError(f"unknown parameter set '{preset}'; known: {', '.join(sorted(presets)) or 'none'}")
-    return deep_update(base, presets[preset])
 
 
 def seed_everything(seed: int) -> None:

@@ -1,9 +1,18 @@
-"""Atomic writes: outputs appear complete or not at all."""
+"""Atomic writes: outputs appear complete or not at all.
+
+Every temporary name is unique and carries the writer's pid:
+``.<name>.<pid>.<random>.tmp[<suffix>]`` for a file or folder being written, and
+``.<name>.<pid>.<random>.old`` for the version being replaced. A killed writer leaves them
+behind; the next atomic write of the same path removes those whose pid is no longer alive
+(``clean_stale``), and restores an ``.old`` version when the kill came between moving the old
+version away and moving the new one in.
+"""
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,12 +23,64 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # exists, owned by someone else
+        return True
+    return True
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def clean_stale(path: str | Path) -> list[Path]:
+    """Remove the temporary siblings of ``path`` left by killed writers; returns what was removed.
+
+    A sibling is ours when it is named ``.<name>.<pid>.<random>.tmp...`` or ``....old`` (or the
+    pid-less ``.<name>.<random>.tmp...`` and ``.<name>.old`` of earlier versions) and its pid is
+    not a live process.
+    """
+    path = Path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        return []
+    name = re.escape(path.name)
+    pattern = re.compile(rf"^\.{name}\.(?:(\d+)\.)?[A-Za-z0-9_]{{8}}\.(tmp.*|old)$|^\.{name}\.(old)$")
+    removed = []
+    for entry in os.listdir(parent):
+        m = pattern.match(entry)
+        if not m:
+            continue
+        pid = int(m.group(1)) if m.group(1) else None
+        if pid is not None and _pid_alive(pid):
+            continue
+        stale = parent / entry
+        if "old" in (m.group(2), m.group(3)) and not os.path.lexists(path):
+            with contextlib.suppress(OSError):
+                os.replace(stale, path)          # killed between the two renames: keep the old version
+                continue
+        _remove(stale)
+        removed.append(stale)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
     """Yield a temporary path next to ``path``; rename it over ``path`` on success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
+    clean_stale(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp" + path.suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -32,19 +93,25 @@ def atomic_path(path: str | Path):
 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path):
-    """Yield a temporary folder next to ``path``; swap it in for ``path`` on success."""
+    """Yield a temporary folder next to ``path``; swap it in for ``path`` on success.
+
+    Whatever is at ``path`` (a folder, a file, a link) is replaced; callers that must not replace
+    a user's files check first (``signclust.data.corpus.check_corpus_out``).
+    """
     path = Path(path)
+    if not path.name or path.name in (".", ".."):
+        raise ValueError(f"atomic_dir needs a named folder, not {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    clean_stale(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_UMASK)
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+        if os.path.lexists(path):
+            old = tmp.with_name(tmp.name[: -len(".tmp")] + ".old")     # unique, like tmp
             os.replace(path, old)
             os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
         else:
             os.replace(tmp, path)
     finally:

@@ -14,6 +14,7 @@ A corpus lives in one folder:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from signclust.errors import UserError
 from signclust.io import atomic_dir, atomic_write_text
 
 TOKEN_COLUMNS = ["token_id", "text_id", "line", "position", "image_index", "label", "hand"]
+CORPUS_FILES = ("tokens.csv", "images.npy", "meta.json")
+MAX_POSITION = 2 ** 31 - 1
 
 
 @dataclass
@@ -118,6 +121,9 @@ class Corpus:
             raise UserError("corpus has no tokens")
         if not np.array_equal(t["token_id"].to_numpy(), np.arange(len(t))):
             raise UserError("token_id must run 0..n-1 in row order")
+        pos = pd.to_numeric(t["position"], errors="coerce")
+        if pos.isna().any() or (pos % 1 != 0).any() or pos.min() < 0 or pos.max() > MAX_POSITION:
+            raise UserError(f"position must be a whole number from 0 to {MAX_POSITION} in every row")
         idx = t["image_index"].to_numpy()
         if idx.min() < 0 or idx.max() >= len(self.images):
             raise UserError(f"image_index out of range 0..{len(self.images) - 1}")
@@ -155,6 +161,53 @@ class Corpus:
         corpus = cls(tokens, images, meta)
         corpus.validate()
         return corpus
+
+
+def is_corpus_folder(folder: str | Path) -> bool:
+    """A folder holding exactly a corpus's three files (what ``Corpus.save`` writes)."""
+    folder = Path(folder)
+    return folder.is_dir() and not folder.is_symlink() and sorted(os.listdir(folder)) == sorted(CORPUS_FILES)
+
+
+def check_corpus_out(out: str | Path, force: bool, protect: dict[str, Path] | None = None) -> Path:
+    """Where a corpus may be written, or one UserError saying why not; returns the absolute path.
+
+    Refused always: OUT equal to, inside or containing a protected path (``protect``: what -> path,
+    e.g. the image folder and the manifest of an import), OUT equal to or containing the current
+    folder, an OUT that exists and is not a folder, a non-empty folder that is not a corpus, and a
+    parent folder that cannot be written. An existing corpus is replaced only with ``force``.
+    """
+    raw = Path(out)
+    if str(out) in ("", ".", "..") or raw.name in ("", ".", ".."):
+        raise UserError(f"output folder '{out}' must name a new folder (e.g. data/corpora/mine)")
+    out = raw.expanduser().absolute()
+    real = out.resolve()
+    cwd = Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise UserError(f"output folder {out} is the current folder or contains it; choose a new folder")
+    for what, path in (protect or {}).items():
+        path = Path(path).resolve()
+        if real == path:
+            raise UserError(f"output folder {out} is the {what}; choose another folder")
+        if real in path.parents:
+            raise UserError(f"output folder {out} contains the {what} ({path}); choose another folder")
+        if path in real.parents:
+            raise UserError(f"output folder {out} is inside the {what} ({path}); choose another folder")
+    if os.path.lexists(out):
+        if out.is_symlink() or not out.is_dir():
+            raise UserError(f"output path {out} exists and is not a folder; remove it or choose another")
+        if os.listdir(out):
+            if not is_corpus_folder(out):
+                raise UserError(f"output folder {out} is not empty and not a signclust corpus; "
+                                "choose a new or empty folder")
+            if not force:
+                raise UserError(f"output folder {out} already holds a corpus; pass --force to replace it")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write the output folder {out}: {parent} is not writable")
+    return out
 
 
 def dedupe_images(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

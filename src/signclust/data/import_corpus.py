@@ -4,30 +4,67 @@
 
 Manifest columns: ``text_id, position, image`` (a path relative to the image
 folder), optional ``label``, ``hand`` and ``line``. Images of any size and mode
-are converted to grayscale, polarity-normalised to bright ink on a dark
-background, scaled with aspect kept and centred on a square canvas.
+are converted to grayscale (a transparent background is composited so that the
+ink stays visible, whatever its colour), polarity-normalised to bright ink on a
+dark background, scaled with aspect kept and centred on a square canvas.
+
+Refused with one error naming the manifest row: a missing, unreadable or too large
+image (``--max-pixels``, checked from the header before decoding), a blank or
+near-blank image (``--allow-blank`` imports it with a warning), a path escaping the
+image folder, a duplicate ``(text_id, position)``, a position that is not a whole
+number from 0 to 2**31 - 1. OUT must be a new or empty folder, or an existing corpus
+with ``--force`` (replaced atomically); it may never be, contain or lie inside the
+image folder or the manifest.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
-from signclust.data.corpus import Corpus, dedupe_images
+from signclust.data.corpus import MAX_POSITION, Corpus, check_corpus_out, dedupe_images
 from signclust.errors import UserError, cli_main
 
 REQUIRED = ("text_id", "position", "image")
+MAX_PIXELS = 4096 * 4096          # default --max-pixels: far above any sign crop, far below a bomb
+BLANK_CONTRAST = 0.05             # ink must differ from the background by 5% of the full range ...
+MIN_INK_PIXELS = 4                # ... over at least this many source pixels ...
+MIN_INK_FRACTION = 1e-4           # ... and this share of the image
+
+
+def _has_alpha(img: Image.Image) -> bool:
+    return img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (img.mode == "P" and "transparency" in img.info) \
+        or (img.mode in ("RGB", "L") and "transparency" in img.info)
+
+
+def _composite(img: Image.Image) -> Image.Image:
+    """Flatten transparency on a background the ink contrasts with: white under dark ink (the
+    usual case), black under light ink (white ink on a transparent background would otherwise
+    vanish into a white one)."""
+    rgba = img.convert("RGBA")
+    a = np.asarray(rgba, dtype=np.float32)
+    alpha = a[..., 3] / 255.0
+    weight = float(alpha.sum())
+    lum = (a[..., :3] @ np.array([0.299, 0.587, 0.114], dtype=np.float32)) / 255.0
+    light_ink = weight > 0 and float((lum * alpha).sum()) / weight > 0.5
+    background = (0, 0, 0, 255) if light_ink else (255, 255, 255, 255)
+    return Image.alpha_composite(Image.new("RGBA", rgba.size, background), rgba)
 
 
 def normalise_image(img: Image.Image, size: int, margin: float = 0.08) -> np.ndarray:
     """Grayscale, ink bright on dark, cropped to the ink, aspect kept, centred at size x size."""
-    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-        rgba = img.convert("RGBA")
-        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        img = Image.alpha_composite(white, rgba)
+    return normalise_and_check(img, size, margin)[0]
+
+
+def normalise_and_check(img: Image.Image, size: int, margin: float = 0.08) -> tuple[np.ndarray, str | None]:
+    """(the normalised glyph, None) or (it, why the image is blank or near-blank)."""
+    if _has_alpha(img):
+        img = _composite(img)
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
         # convert("L") clips 16-bit and float images at 255: stretch their own range instead
         x = np.asarray(img, dtype=np.float32)
@@ -41,8 +78,14 @@ def normalise_image(img: Image.Image, size: int, margin: float = 0.08) -> np.nda
         gray, border = 1.0 - gray, 1.0 - border
     gray = np.clip(gray - np.median(border), 0, None)
     peak = gray.max()
+    problem = None
+    if peak < BLANK_CONTRAST:
+        problem = "blank (no ink differs from the background)"
     if peak > 0:
         gray = gray / peak
+    ink = int((gray > 0.1).sum())
+    if problem is None and ink < max(MIN_INK_PIXELS, MIN_INK_FRACTION * gray.size):
+        problem = f"near-blank (only {ink} ink pixel{'s' if ink != 1 else ''} of {gray.size})"
     ys, xs = np.nonzero(gray > 0.1)
     if len(ys):
         gray = gray[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
@@ -54,12 +97,26 @@ def normalise_image(img: Image.Image, size: int, margin: float = 0.08) -> np.nda
     canvas = np.zeros((size, size), dtype=np.uint8)
     top, left = (size - nh) // 2, (size - nw) // 2
     canvas[top:top + nh, left:left + nw] = np.asarray(small)
-    return canvas
+    return canvas, problem
+
+
+@contextlib.contextmanager
+def _header_only_limits():
+    """Let PIL open any header: the pixel limit is ours (checked before decoding), not PIL's
+    bomb check, which raises at 2x its limit and only warns between 1x and 2x."""
+    before = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = before
 
 
 def read_manifest(path: Path) -> pd.DataFrame:
     if not path.exists():
         raise UserError(f"manifest not found: {path}")
+    if not path.is_file():
+        raise UserError(f"manifest {path} is not a file (a CSV with columns {', '.join(REQUIRED)})")
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
@@ -75,7 +132,8 @@ def read_manifest(path: Path) -> pd.DataFrame:
     return df
 
 
-def import_corpus(manifest: Path, image_dir: Path, size: int = 48, name: str | None = None) -> Corpus:
+def import_corpus(manifest: Path, image_dir: Path, size: int = 48, name: str | None = None,
+                  max_pixels: int = MAX_PIXELS, allow_blank: bool = False) -> Corpus:
     df = read_manifest(manifest)
     image_dir = image_dir.resolve()
     if not image_dir.is_dir():
@@ -83,17 +141,18 @@ def import_corpus(manifest: Path, image_dir: Path, size: int = 48, name: str | N
     # manifest row numbers as a person sees them in an editor: header is line 1
     row_no = lambda i: i + 2  # noqa: E731
     positions = pd.to_numeric(df["position"], errors="coerce")
-    bad = positions.isna() | (positions % 1 != 0) | (positions < 0)
+    bad = positions.isna() | (positions % 1 != 0) | (positions < 0) | (positions > MAX_POSITION)
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise UserError(f"manifest row {row_no(i)}: position '{df['position'].iloc[i]}' is not a whole number >= 0")
+        raise UserError(f"manifest row {row_no(i)}: position '{df['position'].iloc[i]}' is not a whole number "
+                        f"from 0 to {MAX_POSITION}")
     df["position"] = positions.astype(np.int64)
     dup = df.duplicated(["text_id", "position"])
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
         raise UserError(f"manifest row {row_no(i)}: duplicate (text_id, position) = "
                         f"({df['text_id'].iloc[i]}, {df['position'].iloc[i]})")
-    images = []
+    images, blank = [], []
     for i, rel in enumerate(df["image"]):
         if not rel:
             raise UserError(f"manifest row {row_no(i)}: empty image path")
@@ -103,11 +162,23 @@ def import_corpus(manifest: Path, image_dir: Path, size: int = 48, name: str | N
         if not path.is_file():
             raise UserError(f"manifest row {row_no(i)}: image '{rel}' not found in {image_dir}")
         try:
-            with Image.open(path) as img:
+            with _header_only_limits(), Image.open(path) as img:
+                w, h = img.size
+                if w * h > max_pixels:
+                    raise UserError(f"manifest row {row_no(i)}: image '{rel}' is {w} x {h} = {w * h} pixels, "
+                                    f"more than the limit of {max_pixels} (--max-pixels); not decoded")
                 img.load()
-                images.append(normalise_image(img, size))
-        except (UnidentifiedImageError, OSError) as err:
+                glyph, problem = normalise_and_check(img, size)
+        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
             raise UserError(f"manifest row {row_no(i)}: image '{rel}' is unreadable ({err.__class__.__name__})") from None
+        images.append(glyph)
+        if problem:
+            blank.append(f"manifest row {row_no(i)}: image '{rel}' is {problem}")
+    if blank and not allow_blank:
+        more = f" (and {len(blank) - 1} more)" if len(blank) > 1 else ""
+        raise UserError(f"{blank[0]}{more}; pass --allow-blank to import such images anyway")
+    for line in blank:
+        print(f"warning: {line}; imported as it is (--allow-blank)", file=sys.stderr)
     uniq, image_index = dedupe_images(np.stack(images))
     df = df.assign(_order=np.arange(len(df))).sort_values(["text_id", "position", "_order"], kind="stable")
     tokens = pd.DataFrame({
@@ -133,11 +204,19 @@ def main(argv=None):
     ap.add_argument("out", type=Path, help="corpus folder to write (e.g. data/corpora/mine)")
     ap.add_argument("--size", type=int, default=48, help="output image size in pixels (default 48)")
     ap.add_argument("--name", help="corpus name recorded in meta.json (default: manifest file name)")
+    ap.add_argument("--force", action="store_true", help="replace OUT when it already holds a corpus")
+    ap.add_argument("--allow-blank", action="store_true",
+                    help="import blank or near-blank images with a warning instead of stopping")
+    ap.add_argument("--max-pixels", type=int, default=MAX_PIXELS,
+                    help=f"refuse images with more pixels than this, before decoding (default {MAX_PIXELS})")
     args = ap.parse_args(argv)
     if not 8 <= args.size <= 256:
         raise UserError("--size must be between 8 and 256")
-    corpus = import_corpus(args.manifest, args.image_dir, args.size, args.name)
-    corpus.save(args.out)
+    if args.max_pixels < 1:
+        raise UserError("--max-pixels must be at least 1")
+    out = check_corpus_out(args.out, args.force, {"image folder": args.image_dir, "manifest": args.manifest})
+    corpus = import_corpus(args.manifest, args.image_dir, args.size, args.name, args.max_pixels, args.allow_blank)
+    corpus.save(out)
     c = corpus.counts()
     print(f"imported {c['tokens']} tokens in {c['texts']} texts ({c['images']} distinct images, "
           f"{c['types']} labelled types) -> {args.out}")

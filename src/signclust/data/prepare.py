@@ -18,7 +18,7 @@ from signclust import tracking
 from signclust.config import REPO_ROOT, section
 from signclust.data import sources, suite
 from signclust.data.contact_sheet import contact_sheet
-from signclust.data.corpus import Corpus, dedupe_images
+from signclust.data.corpus import Corpus, check_corpus_out, dedupe_images
 from signclust.data.fonts import FONT_FILES, SCRIPT_FONTS
 from signclust.data.render import Renderer
 from signclust.errors import UserError, cli_main
@@ -89,7 +89,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     params = section("prepare")
     check_name(args.corpus)
-    out = Path(args.out or REPO_ROOT / "data" / "corpora" / args.corpus)
+    # replacing a corpus is what this stage does; replacing anything else is not
+    out = check_corpus_out(args.out or REPO_ROOT / "data" / "corpora" / args.corpus, force=True)
     sheet = Path(args.sheet or REPO_ROOT / "reports" / "figures" / f"contact_{args.corpus}.png")
     t0 = time.time()
     corpus = build(args.corpus, params)

@@ -9,6 +9,7 @@ nearest other images of every image) and meta.json.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -47,6 +48,23 @@ def compute(images: np.ndarray, k: int, dense_max: int, chunk: int, out_dir: Pat
     return {"images": m, "dense": dense, "k": k_eff, "pixels": int(np.prod(images.shape[1:]))}
 
 
+OUT_FILES = {"dist.npy", "knn.npz", "meta.json"}
+
+
+def check_out(out) -> Path:
+    """A new, empty or earlier distances folder (replaced atomically); never anything else. Stale
+    temporary folders of a killed run (``.<out>.<pid>.<random>.tmp``) are removed when it is written."""
+    raw = Path(out)
+    if raw.name in ("", ".", ".."):
+        raise UserError(f"output folder '{out}' must name a folder (e.g. data/distances/mine)")
+    out = raw.absolute()
+    if out.exists() and (not out.is_dir() or out.is_symlink()):
+        raise UserError(f"output path {out} exists and is not a folder")
+    if out.is_dir() and not set(os.listdir(out)) <= OUT_FILES:
+        raise UserError(f"output folder {out} holds files a distances stage did not write; choose another")
+    return out
+
+
 @cli_main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,7 +74,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     cfg = section("distances")
     corpus = Corpus.load(args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus, mmap=True)
-    out = Path(args.out or REPO_ROOT / "data" / "distances" / args.corpus)
+    out = check_out(args.out or REPO_ROOT / "data" / "distances" / args.corpus)
     t0 = time.time()
     with atomic_dir(out) as tmp:
         info = compute(np.asarray(corpus.images), int(cfg["k"]), int(cfg["dense_max_images"]),

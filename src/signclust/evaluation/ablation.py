@@ -6,7 +6,8 @@
 Each *variant* of params.yaml ``ablation.variants`` is the base configuration (the run
 ``ablation.run`` of ``runs``, i.e. the LM clusterer with ``models.lm``) changed by
 
-    preset: NAME            a named parameter set of ``presets.lm`` (e.g. ``seed``), applied first
+    preset: NAME            a preset of the method (params.yaml ``presets.lm``, e.g. ``seed``, or a
+                            class preset), applied first
     set:    {param: value}  parameters replaced (``w_hom: 0`` removes L_hom)
     scale:  {param: factor} parameters multiplied (``w_lm: 3`` is L_LM three times as heavy)
 
@@ -20,7 +21,8 @@ reports/figures/ablation_<corpus>.png (bars with std over seeds), reports/metric
 MLflow: experiment ``ablation``, one parent run per corpus, one nested child run per
 variant x seed (its parameters, per-epoch losses and scores), so ``mlflow ui`` compares
 them side by side. Each finished fit is cached under models/checkpoints/ablation/<corpus>/
-(keyed by the full configuration and the corpus content): an interrupted stage resumes.
+(keyed by the full configuration, the corpus content and the method's code version): an
+interrupted stage resumes, an edited method refits.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ from signclust.errors import UserError, cli_main
 from signclust.evaluation import evaluate as ev
 from signclust.io import atomic_path, atomic_write_text, write_json
 from signclust.models.base import FitContext, get_clusterer
-from signclust.models.train import run_config
+from signclust.models.checkpoint import code_version
+from signclust.models.train import preset_values, run_config
 
 DEFAULTS = {
     "run": "lm",            # base configuration: a row of params.yaml `runs`
@@ -84,11 +87,7 @@ def variant_params(name: str, spec: dict | None, base: dict, method: str, params
     spec = spec or {}
     cfg = {**defaults, **base}
     if spec.get("preset"):
-        presets = (params.get("presets") or {}).get(method) or {}
-        if spec["preset"] not in presets:
-            raise UserError(f"ablation variant '{name}': {method} has no preset '{spec['preset']}' "
-                            f"(known: {', '.join(presets) or 'none'})")
-        cfg = deep_update(cfg, presets[spec["preset"]])
+        cfg = deep_update(cfg, preset_values(method, spec["preset"], params, f"ablation variant '{name}'"))
     if epochs is not None:
         cfg["epochs"] = int(epochs)
     cfg = deep_update(cfg, spec.get("set") or {})
@@ -103,6 +102,7 @@ def corpus_fingerprint(corpus: Corpus) -> str:
     h = hashlib.sha1()
     h.update(np.ascontiguousarray(corpus.images).tobytes())
     h.update(corpus.image_index().tobytes())
+    h.update(corpus.tokens["position"].to_numpy(dtype=np.int64).tobytes())
     h.update("\x00".join(corpus.tokens["label"].astype(str)).encode())
     h.update("\x00".join(corpus.tokens["text_id"].astype(str)).encode())
     return h.hexdigest()[:16]
@@ -185,8 +185,10 @@ def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int
 
 def _fit_one(corpus, gold, method, name, spec, vparams, seed, corpus_name, device, distances, eval_cfg,
              fingerprint, cache_dir, progress) -> dict:
+    from signclust.models.base import get_class
     key = hashlib.sha256(json.dumps({"method": method, "params": vparams, "seed": seed, "corpus": fingerprint,
-                                     "eval": eval_cfg}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+                                     "eval": eval_cfg, "code": code_version(get_class(method))},
+                                    sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = Path(cache_dir) / f"{name}-seed{seed}-{key}.json" if cache_dir else None
     if cache is not None and cache.exists():
         out = json.loads(cache.read_text())

@@ -1,9 +1,13 @@
 """The one interface every clusterer implements, ours and the baselines.
 
-A clusterer is built from its params.yaml slice, fitted on a corpus, and returns
+A clusterer is built from its parameters, fitted on a corpus, and returns
 a per-token assignment plus a per-token representation (what the fixed-K
 protocol runs Ward on). The registry maps method names (as used in params.yaml,
 dvc.yaml and the tables) to classes.
+
+Parameters are declared once per class (``PARAMS``, named parameter sets in ``PRESETS``; see
+``signclust.models.params``) and resolved and checked in ``Clusterer.__init__``, the one place
+every entry point goes through: ``self.params`` is then the complete, effective configuration.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import numpy as np
 
 from signclust.data.corpus import Corpus
 from signclust.errors import UserError
+from signclust.models import params as _params
 
 
 @dataclass
@@ -49,11 +54,42 @@ class FitContext:
 
 
 class Clusterer(ABC):
+    """Subclasses declare ``PARAMS`` (name -> :class:`~signclust.models.params.Param`) and
+    ``PRESETS`` (name -> a parameter dict, e.g. ``"paper"``); ``DEFAULTS`` is derived from PARAMS.
+
+    ``Clusterer(preset=None, **params)``: class defaults <- ``PRESETS[preset]`` <- ``params``,
+    every value checked; ``self.params`` holds every resolved parameter. A class without
+    ``PARAMS`` (the LM clusterer until its rewrite) passes its own complete dict and gets a type
+    check against its ``DEFAULTS``.
+    """
     name: str = "base"
     needs_k: bool = False                   # True: must be given K_true (parametric methods)
+    PARAMS: dict | None = None              # name -> Param; None: legacy class with plain DEFAULTS
+    PRESETS: dict[str, dict] = {}           # named parameter sets (the paper's settings as "paper")
+    DEFAULTS: dict = {}                     # derived from PARAMS (do not declare both)
+    # True: fit() checkpoints through signclust.models.checkpoint.FitCheckpoint in ctx.checkpoint_dir.
+    # False: the train stage gives it a folder keyed by the fit's content and holds the lock itself.
+    fit_checkpoint: bool = False
 
-    def __init__(self, **params):
-        self.params = params
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "PARAMS" in cls.__dict__ and cls.PARAMS is not None:
+            if "DEFAULTS" in cls.__dict__:
+                raise TypeError(f"{cls.__name__}: declare PARAMS or DEFAULTS, not both")
+            _params.check_declaration(cls)
+            cls.DEFAULTS = _params.defaults(cls.PARAMS)
+
+    def __init__(self, preset: str | None = None, **params):
+        if self.PARAMS is None:
+            if preset is not None:
+                raise UserError(f"{self.name}: presets are not declared in its class")
+            self.params = _params.infer_types(self.name, self.DEFAULTS, params)
+        else:
+            self.params = _params.resolve(self.name, self.PARAMS, params, self.PRESETS, preset)
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks that involve several parameters (``self.params``); raise UserError. Optional."""
 
     @abstractmethod
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
@@ -69,10 +105,15 @@ def register(cls: type[Clusterer]) -> type[Clusterer]:
 
 
 def get_clusterer(name: str, **params) -> Clusterer:
+    """A configured clusterer: ``params`` are checked and completed by the class (see Clusterer)."""
+    return get_class(name)(**params)
+
+
+def get_class(name: str) -> type[Clusterer]:
     _import_all()
     if name not in REGISTRY:
         raise UserError(f"unknown method '{name}'; known: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name](**params)
+    return REGISTRY[name]
 
 
 def _import_all() -> None:
@@ -84,7 +125,7 @@ def _import_all() -> None:
     import signclust.models.baselines as baselines_pkg
     for pkg in (models_pkg, baselines_pkg):
         for mod in pkgutil.iter_modules(pkg.__path__):
-            if not mod.name.startswith("_") and mod.name not in ("base",):
+            if not mod.name.startswith("_") and mod.name not in ("base", "params", "checkpoint", "train"):
                 importlib.import_module(f"{pkg.__name__}.{mod.name}")
 
 

@@ -1,7 +1,7 @@
 """Parts the deep baselines share, written once.
 
-- ``Baseline`` / ``resolve_params``: a Clusterer whose DEFAULTS are overlaid by the user's
-  params (unknown keys are an error) and that carries a PAPER parameter set.
+- ``Baseline``: a Clusterer with ``self.p``, the resolved parameters (declared in ``PARAMS``,
+  named sets such as the paper's in ``PRESETS``; resolved and checked by ``Clusterer``).
 - ``fit_setup``: seeding, device, one CPU ``torch.Generator`` that drives every random draw
   so that a seed fixes the run on CPU.
 - ``GlyphCNN``: a small conv net for 32-64 px sign images.
@@ -29,27 +29,13 @@ from signclust.models.base import Clusterer
 
 
 # --------------------------------------------------------------------------- params & setup
-def resolve_params(method: str, defaults: dict, params: dict) -> dict:
-    """DEFAULTS overlaid with the user's params; a misspelt key must not be silently ignored."""
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        raise UserError(f"{method}: unknown parameter(s) {', '.join(unknown)}; "
-                        f"known: {', '.join(sorted(defaults))}")
-    out = dict(defaults)
-    out.update(params)
-    return out
-
-
 class Baseline(Clusterer):
-    """A clusterer with a DEFAULTS dict (CPU-feasible settings, overlaid by the params given
-    to ``__init__``) and a PAPER dict (the paper's settings, a named parameter set whose keys
-    are a subset of DEFAULTS). ``self.p`` is the merged dict."""
-    DEFAULTS: dict = {}
-    PAPER: dict = {}
+    """A clusterer whose class declares ``PARAMS`` (CPU-feasible defaults) and ``PRESETS``
+    (``"paper"``: the paper's settings). ``self.p`` is ``self.params``, the resolved dict."""
 
-    def __init__(self, **params):
-        super().__init__(**params)
-        self.p = resolve_params(self.name, self.DEFAULTS, params)
+    @property
+    def p(self) -> dict:
+        return self.params
 
 
 def fit_setup(ctx) -> tuple[torch.device, torch.Generator]:
@@ -258,9 +244,11 @@ def embed(model: nn.Module, X: torch.Tensor, batch_size: int = 512,
     return torch.cat(outs).numpy().astype(np.float32)
 
 
-def epoch_bar(n_epochs: int, progress: bool, desc: str):
+def epoch_bar(n_epochs: int, progress: bool, desc: str, start: int = 0):
+    """A progress bar over epochs ``start .. n_epochs - 1`` (a resumed fit starts later)."""
     from tqdm.auto import tqdm
-    return tqdm(range(n_epochs), desc=desc, disable=not progress, leave=False)
+    return tqdm(range(start, n_epochs), desc=desc, disable=not progress, leave=False,
+                initial=start, total=n_epochs)
 
 
 def log_epoch(ctx, bar, metrics: dict, step: int) -> None:

@@ -16,11 +16,15 @@ from signclust.data.glyphs import normalize_glyphs
 from signclust.errors import UserError
 from signclust.models.base import ClusterResult, FitContext, register
 from signclust.models.baselines._nets import Baseline, faiss_kmeans, require_k
+from signclust.models.params import Param
 
 
 class PixelClusterer(Baseline):
     """Shared pixel -> (PCA) feature step; subclasses implement ``cluster``."""
-    DEFAULTS = {"pca_dim": 50, "glyphs": False}
+    PARAMS = {
+        "pca_dim": Param(50, int, min=0, doc="PCA components of the pixels (0: raw pixels)"),
+        "glyphs": Param(False, bool, doc="cluster the normalised glyphs the LM clusterer starts from"),
+    }
 
     def features(self, corpus: Corpus, seed: int) -> np.ndarray:
         # glyphs=True: the normalised glyphs our LM clusterer starts from, so the tables can
@@ -29,8 +33,6 @@ class PixelClusterer(Baseline):
         images = images[corpus.image_index()]
         x = images.reshape(corpus.n_tokens, -1).astype(np.float32) / 255.0
         dim = int(self.p["pca_dim"])
-        if dim < 0:
-            raise UserError(f"{self.name}: pca_dim must be >= 0 (0 = raw pixels)")
         if dim == 0:
             return x
         from sklearn.decomposition import PCA
@@ -54,9 +56,11 @@ class PixelClusterer(Baseline):
 class KMeansPixels(PixelClusterer):
     name = "kmeans"
     needs_k = True
-    DEFAULTS = {**PixelClusterer.DEFAULTS, "n_init": 10, "n_iter": 100}
+    PARAMS = {**PixelClusterer.PARAMS,
+              "n_init": Param(10, int, min=1, doc="k-means restarts (the best objective is kept)"),
+              "n_iter": Param(100, int, min=1, doc="k-means iterations per restart")}
     # textbook setting: raw pixels, best of 10 restarts (no paper; the usual reference run)
-    PAPER = {"pca_dim": 0, "n_init": 10, "n_iter": 300}
+    PRESETS = {"paper": {"pca_dim": 0, "n_init": 10, "n_iter": 300}}
 
     def cluster(self, x, ctx):
         k = require_k(self.name, ctx)
@@ -69,8 +73,8 @@ class KMeansPixels(PixelClusterer):
 class WardPixels(PixelClusterer):
     name = "ward"
     needs_k = True
-    DEFAULTS = dict(PixelClusterer.DEFAULTS)
-    PAPER = {"pca_dim": 0}
+    PARAMS = dict(PixelClusterer.PARAMS)
+    PRESETS = {"paper": {"pca_dim": 0}}
 
     def cluster(self, x, ctx):
         from sklearn.cluster import AgglomerativeClustering
@@ -90,12 +94,17 @@ class DPGMMPixels(PixelClusterer):
     # sklearn's variational DP collapses to 1-2 components on 50 PCA dims of digit-like
     # images (the Wishart prior's dof = n_dims pseudo-counts per component) and keeps
     # spurious components when dims approach n; 20 dims was the workable middle.
-    DEFAULTS = {**PixelClusterer.DEFAULTS, "pca_dim": 20,
-                "n_components": 400,            # truncation level (upper bound on K)
-                "weight_concentration": None,   # DP alpha; None = 1 / n_components (sklearn)
-                "reg_covar": 1e-3,              # keeps never-inked pixels from zero variance
-                "max_iter": 300, "n_init": 1, "tol": 1e-3}
-    PAPER = {"pca_dim": 20, "n_components": 400, "max_iter": 1000, "n_init": 3}
+    PARAMS = {**PixelClusterer.PARAMS,
+              "pca_dim": Param(20, int, min=0, doc="PCA components of the pixels (0: raw pixels)"),
+              "n_components": Param(400, int, min=1, doc="truncation level (upper bound on K)"),
+              "weight_concentration": Param(None, float, gt=0, nullable=True,
+                                            doc="DP alpha (null: 1 / n_components, sklearn's)"),
+              "reg_covar": Param(1e-3, float, min=0,
+                                 doc="added to the variances: keeps never-inked pixels from zero variance"),
+              "max_iter": Param(300, int, min=1, doc="variational EM iterations"),
+              "n_init": Param(1, int, min=1, doc="EM restarts"),
+              "tol": Param(1e-3, float, min=0, doc="EM convergence threshold on the lower bound")}
+    PRESETS = {"paper": {"pca_dim": 20, "n_components": 400, "max_iter": 1000, "n_init": 3}}
 
     def cluster(self, x, ctx):
         from sklearn.mixture import BayesianGaussianMixture

@@ -31,6 +31,8 @@ from signclust.models.baselines._nets import (Baseline, GlyphAugment, GlyphCNN, 
                                               epoch_bar, faiss_kmeans, fit_setup,
                                               images_to_tensor, log_epoch, pca_whiten_l2,
                                               require_k, uniform_label_sampler)
+from signclust.models.checkpoint import FitCheckpoint, capture_rng, restore_rng
+from signclust.models.params import Param
 
 
 def fix_empty_clusters(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray, k: int,
@@ -88,23 +90,28 @@ class _DeepClusterNet(nn.Module):
 class DeepCluster(Baseline):
     name = "deepcluster"
     needs_k = True
-    DEFAULTS = {
-        "epochs": 30,               # clustering + training passes
-        "batch_size": 128,
-        "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
-        "width": 16, "feat_dim": 128,
-        "pca_dim": 64,              # PCA-whitening dimension before k-means
-        "overcluster": 1.0,         # k = round(overcluster * K_true) during training
-        "kmeans_iter": 20, "kmeans_redo": 3,   # restarts: cheap, and one run can land badly
-        "augment": True,
-        "embed_batch": 512,
+    fit_checkpoint = True
+    PARAMS = {
+        "epochs": Param(30, int, min=1, doc="clustering + training passes"),
+        "batch_size": Param(128, int, min=2, doc="images per SGD step"),
+        "lr": Param(0.05, float, gt=0, doc="SGD learning rate (CNN and top layer)"),
+        "momentum": Param(0.9, float, min=0, lt=1, doc="SGD momentum"),
+        "weight_decay": Param(1e-5, float, min=0, doc="SGD weight decay"),
+        "width": Param(16, int, min=1, doc="channels of the first conv block (doubling per block)"),
+        "feat_dim": Param(128, int, min=1, doc="CNN feature size (what k-means sees, before PCA)"),
+        "pca_dim": Param(64, int, min=1, doc="PCA-whitening dimension before k-means"),
+        "overcluster": Param(1.0, float, gt=0, doc="k = round(overcluster * K_true) during training"),
+        "kmeans_iter": Param(20, int, min=1, doc="k-means iterations"),
+        "kmeans_redo": Param(3, int, min=1, doc="k-means restarts: cheap, and one run can land badly"),
+        "augment": Param(True, bool, doc="train on augmented images (GlyphAugment)"),
+        "embed_batch": Param(512, int, min=1, doc="images per no-grad forward when embedding"),
     }
     # Caron et al.: SGD lr 0.05, momentum 0.9, wd 1e-5, batch 256, PCA 256, 500 epochs.
     # Their k = 10000 on ImageNet (10x the classes) served feature transfer; as a clustering
     # method (the MNIST-style numbers) k = the number of classes, hence overcluster 1.
-    PAPER = {"epochs": 500, "batch_size": 256, "lr": 0.05, "momentum": 0.9,
-             "weight_decay": 1e-5, "pca_dim": 256, "overcluster": 1.0, "width": 64,
-             "feat_dim": 512, "kmeans_redo": 1}
+    PRESETS = {"paper": {"epochs": 500, "batch_size": 256, "lr": 0.05, "momentum": 0.9,
+                         "weight_decay": 1e-5, "pca_dim": 256, "overcluster": 1.0, "width": 64,
+                         "feat_dim": 512, "kmeans_redo": 1}}
 
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         p = self.p
@@ -127,46 +134,61 @@ class DeepCluster(Baseline):
             labels, cent, n_fixed = fix_empty_clusters(z, labels, cent, k, gen)
             return labels, z, obj, n_fixed
 
-        from sklearn.metrics import normalized_mutual_info_score as nmi
-        history: list[dict] = []
-        prev = None
-        bar = epoch_bar(p["epochs"], ctx.progress, self.name)
-        for epoch in bar:
-            labels, _, obj, n_fixed = cluster(k_train, epoch)
-            # a fresh top layer each epoch: the pseudo-label ids are unrelated across epochs
-            top = nn.Linear(p["feat_dim"], k_train)
-            with torch.no_grad():
-                top.weight.copy_(0.01 * torch.randn(top.weight.shape, generator=gen))
-                top.bias.zero_()
-            net.top_layer = top.to(device)
-            opt_top = torch.optim.SGD(net.top_layer.parameters(), lr=p["lr"],
-                                      momentum=p["momentum"], weight_decay=p["weight_decay"])
-            targets = torch.from_numpy(labels)
-            idx = torch.from_numpy(uniform_label_sampler(labels, n, gen))
-            net.train()
-            tot, cnt = 0.0, 0
-            for batch in torch.split(idx, p["batch_size"]):
-                if len(batch) < 2:
-                    continue
-                xb = X[batch].to(device)
-                if augment is not None:
-                    xb = augment(xb, gen)
-                loss = F.cross_entropy(net(xb), targets[batch].to(device))
-                opt.zero_grad()
-                opt_top.zero_grad()
-                loss.backward()
-                opt.step()
-                opt_top.step()
-                tot += loss.item() * len(batch)
-                cnt += len(batch)
-            stats = {"loss": tot / max(cnt, 1), "kmeans_obj": obj, "empty_fixed": n_fixed,
-                     "nmi_prev": float(nmi(prev, labels)) if prev is not None else 0.0}
-            prev = labels
-            history.append(stats)
-            log_epoch(ctx, bar, stats, epoch)
-        labels, z, obj, n_fixed = cluster(k_final, p["epochs"])
+        with FitCheckpoint.for_fit(self, corpus, ctx) as ckpt:
+            history: list[dict] = []
+            prev, start = None, 0
+            state = ckpt.load()
+            if state is not None:
+                net.features.load_state_dict(state["features"])
+                opt.load_state_dict(state["opt"])
+                start, history, prev = state["epoch"], state["history"], state["prev"]
+                restore_rng(state["rng"], gen)
+            bar = epoch_bar(p["epochs"], ctx.progress, self.name, start)
+            for epoch in bar:
+                prev = self._epoch(net, opt, X, cluster, k_train, gen, augment, device, epoch, prev, history)
+                ckpt.save({"epoch": epoch + 1, "features": net.features.state_dict(), "opt": opt.state_dict(),
+                           "prev": prev, "history": history, "rng": capture_rng(gen)})
+                log_epoch(ctx, bar, history[-1], epoch)
+            labels, z, obj, n_fixed = cluster(k_final, p["epochs"])
         info = {"k_found": int(len(np.unique(labels))), "k_train": k_train,
                 "final_kmeans_obj": obj, "final_empty_fixed": n_fixed,
                 "loss": history[-1]["loss"] if history else None,
                 "history": history, "wall_s": time.time() - t0}
         return ClusterResult(labels, z, info)
+
+    def _epoch(self, net, opt, X, cluster, k_train, gen, augment, device, epoch, prev, history):
+        """One epoch: cluster the features, train on the pseudo-labels; appends to ``history``."""
+        from sklearn.metrics import normalized_mutual_info_score as nmi
+        p = self.p
+        n = len(X)
+        labels, _, obj, n_fixed = cluster(k_train, epoch)
+        # a fresh top layer each epoch: the pseudo-label ids are unrelated across epochs
+        top = nn.Linear(p["feat_dim"], k_train)
+        with torch.no_grad():
+            top.weight.copy_(0.01 * torch.randn(top.weight.shape, generator=gen))
+            top.bias.zero_()
+        net.top_layer = top.to(device)
+        opt_top = torch.optim.SGD(net.top_layer.parameters(), lr=p["lr"],
+                                  momentum=p["momentum"], weight_decay=p["weight_decay"])
+        targets = torch.from_numpy(labels)
+        idx = torch.from_numpy(uniform_label_sampler(labels, n, gen))
+        net.train()
+        tot, cnt = 0.0, 0
+        for batch in torch.split(idx, p["batch_size"]):
+            if len(batch) < 2:
+                continue
+            xb = X[batch].to(device)
+            if augment is not None:
+                xb = augment(xb, gen)
+            loss = F.cross_entropy(net(xb), targets[batch].to(device))
+            opt.zero_grad()
+            opt_top.zero_grad()
+            loss.backward()
+            opt.step()
+            opt_top.step()
+            tot += loss.item() * len(batch)
+            cnt += len(batch)
+        stats = {"loss": tot / max(cnt, 1), "kmeans_obj": obj, "empty_fixed": n_fixed,
+                 "nmi_prev": float(nmi(prev, labels)) if prev is not None else 0.0}
+        history.append(stats)
+        return labels

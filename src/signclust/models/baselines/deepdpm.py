@@ -47,7 +47,9 @@ from signclust.errors import UserError
 from signclust.models.base import Clusterer, ClusterResult, FitContext, register
 from signclust.models.baselines._nets import (GlyphCNN, embed, epoch_bar, faiss_kmeans,
                                               fit_setup, images_to_tensor, log_epoch,
-                                              resolve_params, shuffled_batches)
+                                              shuffled_batches)
+from signclust.models.checkpoint import FitCheckpoint, capture_rng, restore_rng
+from signclust.models.params import Param
 
 
 # =========================================================================== NIW prior
@@ -333,12 +335,21 @@ class _ConvAE(nn.Module):
 
 
 def ae_features(images: np.ndarray, feat_dim: int, width: int, epochs: int, lr: float,
-                batch_size: int, device, gen, progress: bool) -> np.ndarray:
+                batch_size: int, device, gen, progress: bool, ckpt: FitCheckpoint | None = None,
+                resume: dict | None = None) -> np.ndarray:
+    """Codes of a conv autoencoder trained with MSE; with ``ckpt`` a checkpoint after every epoch
+    (phase "ae"), ``resume`` one to continue from."""
     X = images_to_tensor(images)
     model = _ConvAE(images.shape[1], feat_dim, width).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    bar = epoch_bar(epochs, progress, "deepdpm-ae")
-    for _ in bar:
+    start = 0
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["opt"])
+        start = resume["epoch"]
+        restore_rng(resume["rng"], gen)
+    bar = epoch_bar(epochs, progress, "deepdpm-ae", start)
+    for epoch in bar:
         tot, cnt = 0.0, 0
         for idx in shuffled_batches(len(X), batch_size, gen, drop_last=False):
             xb = X[idx].to(device)
@@ -348,6 +359,9 @@ def ae_features(images: np.ndarray, feat_dim: int, width: int, epochs: int, lr: 
             opt.step()
             tot += float(loss.detach()) * len(idx)
             cnt += len(idx)
+        if ckpt is not None:
+            ckpt.save({"phase": "ae", "epoch": epoch + 1, "model": model.state_dict(), "opt": opt.state_dict(),
+                       "rng": capture_rng(gen)})
         bar.set_postfix(mse=f"{tot / max(cnt, 1):.4g}")
     return embed(model.encoder, X, device=device)
 
@@ -357,34 +371,41 @@ def ae_features(images: np.ndarray, feat_dim: int, width: int, epochs: int, lr: 
 class DeepDPM(Clusterer):
     name = "deepdpm"
     needs_k = False
+    fit_checkpoint = True
 
-    DEFAULTS = {
-        "features": "pca",           # pca | ae
-        "feat_dim": 10,
-        "transform": "scale",        # none | scale (one global std) | standard | normalize (L2 rows)
-        "ae_epochs": 30, "ae_width": 16, "ae_lr": 1e-3,
-        "init_k": 10,
-        "alpha": 10.0,               # DP concentration
-        "kappa": 1e-4,               # NIW: strength of the prior on means
-        "nu": None,                  # NIW degrees of freedom (None: D + 2)
-        "psi_choice": "isotropic",   # isotropic | data_std | data_cov
-        "psi_scale": 0.005,
-        "pi_prior_counts": 0.1,      # Dirichlet pseudo-counts on pi
-        "hidden": 50,
-        "cluster_lr": 5e-3,          # the authors' 5e-4 is tuned to MNIST's 470 steps/epoch;
-        "subcluster_lr": 5e-3,       # a 2k-7k corpus gives 10x fewer, and 5e-4 then cannot
-        "batch_size": 128,           # separate a split's two halves before the next move
-        "max_epochs": 300,
-        "start_computing_params": 25,
-        "start_sub_clustering": 45,
-        "start_splitting": 55,
-        "split_merge_every": 20,     # epochs between moves; splits and merges alternate
-        "freeze_after_move": 5,      # epochs without M-step after a split/merge
-        "merge_neighbors": 3,
-        "min_split_size": 5,         # no split proposal for smaller (sub)clusters
-        "stochastic": True,          # accept H < 1 moves with probability H (MH)
+    PARAMS = {
+        "features": Param("pca", str, choices=("pca", "ae"), doc="what is clustered: PCA of pixels | AE codes"),
+        "feat_dim": Param(10, int, min=1, doc="code size D"),
+        "transform": Param("scale", str, choices=("none", "scale", "standard", "normalize"),
+                           doc="none | scale (one global std) | standard | normalize (L2 rows)"),
+        "ae_epochs": Param(30, int, min=1, doc="autoencoder epochs (features: ae)"),
+        "ae_width": Param(16, int, min=1, doc="autoencoder conv width"),
+        "ae_lr": Param(1e-3, float, gt=0, doc="autoencoder Adam learning rate"),
+        "init_k": Param(10, int, min=1, doc="clusters at the start (k-means)"),
+        "alpha": Param(10.0, float, gt=0, doc="DP concentration"),
+        "kappa": Param(1e-4, float, gt=0, doc="NIW: strength of the prior on means"),
+        "nu": Param(None, float, gt=0, nullable=True, doc="NIW degrees of freedom, > D - 1 (null: D + 2)"),
+        "psi_choice": Param("isotropic", str, choices=("isotropic", "data_std", "data_cov"),
+                            doc="NIW scale matrix: isotropic | data_std | data_cov"),
+        "psi_scale": Param(0.005, float, gt=0, doc="NIW scale factor"),
+        "pi_prior_counts": Param(0.1, float, min=0, doc="Dirichlet pseudo-counts on pi"),
+        "hidden": Param(50, int, min=1, doc="hidden units of the clustering and sub-clustering nets"),
+        # the authors' 5e-4 is tuned to MNIST's 470 steps/epoch; a 2k-7k corpus gives 10x fewer,
+        # and 5e-4 then cannot separate a split's two halves before the next move
+        "cluster_lr": Param(5e-3, float, gt=0, doc="clustering net Adam learning rate"),
+        "subcluster_lr": Param(5e-3, float, gt=0, doc="sub-clustering nets Adam learning rate"),
+        "batch_size": Param(128, int, min=1, doc="codes per step"),
+        "max_epochs": Param(300, int, min=1, doc="clustering epochs"),
+        "start_computing_params": Param(25, int, min=0, doc="first epoch with an M-step"),
+        "start_sub_clustering": Param(45, int, min=0, doc="first epoch training the sub-clusters"),
+        "start_splitting": Param(55, int, min=0, doc="first epoch with a split/merge move"),
+        "split_merge_every": Param(20, int, min=1, doc="epochs between moves; splits and merges alternate"),
+        "freeze_after_move": Param(5, int, min=0, doc="epochs without M-step after a split/merge"),
+        "merge_neighbors": Param(3, int, min=1, doc="merge proposals with this many nearest clusters"),
+        "min_split_size": Param(5, int, min=0, doc="no split proposal for smaller (sub)clusters"),
+        "stochastic": Param(True, bool, doc="accept H < 1 moves with probability H (MH)"),
     }
-    PAPER = {
+    PRESETS = {"paper": {
         "features": "ae", "feat_dim": 10, "transform": "none",
         "ae_epochs": 50, "ae_width": 32, "ae_lr": 1e-3,
         "init_k": 3, "alpha": 10.0, "kappa": 1e-4, "nu": None,
@@ -393,22 +414,21 @@ class DeepDPM(Clusterer):
         "max_epochs": 500, "start_computing_params": 25, "start_sub_clustering": 45,
         "start_splitting": 55, "split_merge_every": 30, "freeze_after_move": 5,
         "merge_neighbors": 3, "min_split_size": 5, "stochastic": True,
-    }
+    }}
 
-    def __init__(self, **params):
-        super().__init__(**params)
-        self.cfg = resolve_params(self.name, self.DEFAULTS, params)
-        c = self.cfg
-        if c["features"] not in ("pca", "ae"):
-            raise UserError(f"deepdpm: features must be 'pca' or 'ae', not {c['features']!r}")
-        if c["transform"] not in ("none", "scale", "standard", "normalize"):
-            raise UserError(f"deepdpm: transform must be none, scale, standard or normalize, "
-                            f"not {c['transform']!r}")
-        if int(c["init_k"]) < 1:
-            raise UserError("deepdpm: init_k must be >= 1")
+    @property
+    def cfg(self) -> dict:
+        return self.params
+
+    def validate(self):
+        nu, d = self.params["nu"], self.params["feat_dim"]
+        if nu is not None and nu <= d - 1:
+            raise UserError(f"deepdpm.nu: {nu:g} is not allowed (expected a number > feat_dim - 1 = {d - 1}, "
+                            "or null)")
 
     # -- features -------------------------------------------------------------------
-    def codes(self, corpus: Corpus, ctx: FitContext, device, gen) -> np.ndarray:
+    def codes(self, corpus: Corpus, ctx: FitContext, device, gen, ckpt: FitCheckpoint | None = None,
+              resume: dict | None = None) -> np.ndarray:
         c = self.cfg
         images = corpus.token_images()
         if c["features"] == "pca":
@@ -420,7 +440,8 @@ class DeepDPM(Clusterer):
             if images.shape[1] != images.shape[2]:
                 raise UserError(f"deepdpm: square images expected, got {images.shape[1:]}")
             z = ae_features(images, int(c["feat_dim"]), int(c["ae_width"]), int(c["ae_epochs"]),
-                            float(c["ae_lr"]), int(c["batch_size"]), device, gen, ctx.progress)
+                            float(c["ae_lr"]), int(c["batch_size"]), device, gen, ctx.progress,
+                            ckpt, resume)
         z = np.asarray(z, dtype=np.float64)
         t = c["transform"]
         if t == "scale":
@@ -437,10 +458,25 @@ class DeepDPM(Clusterer):
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         t0 = time.time()
         device, gen = fit_setup(ctx)
-        x = self.codes(corpus, ctx, device, gen)
-        run = _DPMRun(x, self.cfg, int(ctx.seed), device, gen)
-        run.train(ctx)
-        labels = run.predict()
+        with FitCheckpoint.for_fit(self, corpus, ctx) as ckpt:
+            # phase "ae": autoencoder epochs (features: ae); phase "dpm": clustering epochs, with the codes
+            state = ckpt.load()
+            if state is not None and state["phase"] == "dpm":
+                x = state["x"]
+                run = _DPMRun(x, self.cfg, int(ctx.seed), device, gen)
+                run.load_state(state["run"])
+                restore_rng(state["rng"], gen)
+                start = state["epoch"]
+            else:
+                x = self.codes(corpus, ctx, device, gen, ckpt, state)
+                run = _DPMRun(x, self.cfg, int(ctx.seed), device, gen)
+                start = 0
+
+            def save(epoch: int) -> None:
+                ckpt.save({"phase": "dpm", "epoch": epoch, "x": x, "run": run.state(), "rng": capture_rng(gen)})
+
+            run.train(ctx, start, save)
+            labels = run.predict()
         k_found = int(len(np.unique(labels)))
         info = {
             "k_found": k_found, "k_model": int(run.K), "k_init": int(self.cfg["init_k"]),
@@ -499,34 +535,64 @@ class _DPMRun:
                 or 0 < epoch - self.last_move_epoch <= int(self.cfg["freeze_after_move"]))
 
     # -- training -----------------------------------------------------------------
-    def train(self, ctx) -> None:
-        c = self.cfg
-        bar = epoch_bar(int(c["max_epochs"]), ctx.progress, "deepdpm")
+    def train(self, ctx, start: int = 0, save=None) -> None:
+        """Epochs ``start`` .. max_epochs - 1; ``save(epochs_done)`` after each."""
+        bar = epoch_bar(int(self.cfg["max_epochs"]), ctx.progress, "deepdpm", start)
         for epoch in bar:
-            if epoch == 0:
-                # the authors' epoch 0 only gathers codes and initialises the mixture
-                self.k_history.append(self.K)
-                continue
-            resp, resp_sub, losses = self._epoch(epoch)
-            self.last_losses = losses
-            self.z = resp.argmax(axis=1)
-            frozen = self._frozen(epoch)
-            if not frozen:
-                self.pi, self.mus, self.covs = map_params(self.x, resp, self.prior,
-                                                          float(c["pi_prior_counts"]))
-            if epoch + 1 == int(c["start_sub_clustering"]):
-                self._init_subclusters(range(self.K))
-            elif epoch >= int(c["start_sub_clustering"]) and not frozen and resp_sub is not None:
-                self._update_subclusters(resp_sub)
-            if self._move_due(epoch) and not frozen and self.sub_ready:
-                if self.last_performed == "merge":
-                    self.last_performed = "split"
-                    self._split_step(epoch, resp_sub)
-                else:
-                    self.last_performed = "merge"
-                    self._merge_step(epoch)
+            losses = self._train_epoch(epoch)
+            if save is not None:
+                save(epoch + 1)
+            if losses is not None:
+                log_epoch(ctx, bar, {**losses, "k": self.K}, epoch)
+
+    # what a checkpoint holds: every attribute the epochs change
+    _STATE = ("K", "k_history", "moves", "last_losses", "last_move_epoch", "last_performed", "pi", "mus",
+              "covs", "z", "mus_sub", "covs_sub", "pi_sub", "sub_ready")
+
+    def state(self) -> dict:
+        return {**{k: getattr(self, k) for k in self._STATE},
+                "cnet": self.cnet.state_dict(), "snet": self.snet.state_dict(),
+                "copt": self.copt.state_dict(), "sopt": self.sopt.state_dict()}
+
+    def load_state(self, state: dict) -> None:
+        for k in self._STATE:
+            setattr(self, k, state[k])
+        hidden = int(self.cfg["hidden"])
+        self.cnet = ClusterNet(self.d, hidden, self.K, self.gen).to(self.device)
+        self.cnet.load_state_dict(state["cnet"])
+        self.snet = SubClusterNets(self.d, hidden, self.K, self.gen).to(self.device)
+        self.snet.load_state_dict(state["snet"])
+        self.copt = torch.optim.Adam(self.cnet.parameters(), lr=float(self.cfg["cluster_lr"]))
+        self.copt.load_state_dict(state["copt"])
+        self.sopt = torch.optim.Adam(self.snet.parameters(), lr=float(self.cfg["subcluster_lr"]))
+        self.sopt.load_state_dict(state["sopt"])
+
+    def _train_epoch(self, epoch: int) -> dict | None:
+        c = self.cfg
+        if epoch == 0:
+            # the authors' epoch 0 only gathers codes and initialises the mixture
             self.k_history.append(self.K)
-            log_epoch(ctx, bar, {**losses, "k": self.K}, epoch)
+            return None
+        resp, resp_sub, losses = self._epoch(epoch)
+        self.last_losses = losses
+        self.z = resp.argmax(axis=1)
+        frozen = self._frozen(epoch)
+        if not frozen:
+            self.pi, self.mus, self.covs = map_params(self.x, resp, self.prior,
+                                                      float(c["pi_prior_counts"]))
+        if epoch + 1 == int(c["start_sub_clustering"]):
+            self._init_subclusters(range(self.K))
+        elif epoch >= int(c["start_sub_clustering"]) and not frozen and resp_sub is not None:
+            self._update_subclusters(resp_sub)
+        if self._move_due(epoch) and not frozen and self.sub_ready:
+            if self.last_performed == "merge":
+                self.last_performed = "split"
+                self._split_step(epoch, resp_sub)
+            else:
+                self.last_performed = "merge"
+                self._merge_step(epoch)
+        self.k_history.append(self.K)
+        return losses
 
     def _epoch(self, epoch: int):
         c = self.cfg

@@ -49,7 +49,9 @@ from signclust.errors import UserError
 from signclust.models.base import Clusterer, ClusterResult, FitContext, register
 from signclust.models.baselines._nets import (GlyphAugment, GlyphCNN, embed, epoch_bar,
                                               fit_setup, images_to_tensor, log_epoch,
-                                              require_k, resolve_params, shuffled_batches)
+                                              require_k, shuffled_batches)
+from signclust.models.checkpoint import FitCheckpoint, capture_rng, restore_rng
+from signclust.models.params import Param
 
 
 # =========================================================================== sample graph
@@ -352,34 +354,39 @@ def weighted_triplet_loss(f: torch.Tensor, labels: torch.Tensor, gamma: float = 
 class JULE(Clusterer):
     name = "jule"
     needs_k = True
+    fit_checkpoint = True
 
-    DEFAULTS = {
-        "ks": 20,                 # K_s: neighbours in the sample graph
-        "a": 1.0,                 # sigma^2 scale in eq. 4
-        "kc": 5,                  # K_c: neighbour clusters in the merge criterion
-        "lam": 1.0,               # lambda: weight of the local-structure term (7b)
-        "gamma": 2.0,             # weight of the positive pair in the triplet loss
-        "eta": 0.9,               # unrolling rate: merges per period = ceil(eta * clusters)
-        "margin": 0.2,            # triplet hinge margin (authors' code)
-        "n_negatives": 20,        # negatives per positive pair
-        "negatives": "random",    # random (authors' Torch code) | nearest (paper's wording)
-        "kc_min_clusters": 100,   # local term only while more clusters remain (authors' code)
-        "epochs_per_period": 5,   # CNN epochs after each period's merges (paper ~20)
-        "max_periods": 50,        # then merge to K on the last features without training
-        "batch_size": 100,
-        "lr": 0.01,
-        "momentum": 0.9,
-        "weight_decay": 5e-5,
-        "lr_gamma": 1e-4,         # "inv" policy: lr * (1 + lr_gamma * iter) ** -lr_power
-        "lr_power": 0.75,
-        "feat_dim": 160,
-        "width": 16,
-        "n_blocks": 3,
-        "pool": 2,
-        "augment": False,         # the paper trains on the images as they are
-        "init": "nn_chain",       # nn_chain (paper) | singletons
+    PARAMS = {
+        "ks": Param(20, int, min=1, doc="K_s: neighbours in the sample graph"),
+        "a": Param(1.0, float, gt=0, doc="sigma^2 scale in eq. 4"),
+        "kc": Param(5, int, min=1, doc="K_c: neighbour clusters in the merge criterion"),
+        "lam": Param(1.0, float, min=0, doc="lambda: weight of the local-structure term (7b)"),
+        "gamma": Param(2.0, float, min=0, doc="weight of the positive pair in the triplet loss"),
+        "eta": Param(0.9, float, gt=0, max=1, doc="unrolling rate: merges per period = ceil(eta * clusters)"),
+        "margin": Param(0.2, float, min=0, doc="triplet hinge margin (authors' code)"),
+        "n_negatives": Param(20, int, min=1, doc="negatives per positive pair"),
+        "negatives": Param("random", str, choices=("random", "nearest"),
+                           doc="random (authors' Torch code) | nearest (paper's wording)"),
+        "kc_min_clusters": Param(100, int, min=0,
+                                 doc="local term only while more clusters remain (authors' code)"),
+        "epochs_per_period": Param(5, int, min=1, doc="CNN epochs after each period's merges (paper ~20)"),
+        "max_periods": Param(50, int, min=0,
+                             doc="training periods; then merge to K on the last features without training"),
+        "batch_size": Param(100, int, min=2, doc="images per SGD step"),
+        "lr": Param(0.01, float, gt=0, doc="base learning rate"),
+        "momentum": Param(0.9, float, min=0, lt=1, doc="SGD momentum"),
+        "weight_decay": Param(5e-5, float, min=0, doc="SGD weight decay"),
+        "lr_gamma": Param(1e-4, float, min=0, doc='"inv" policy: lr * (1 + lr_gamma * iter) ** -lr_power'),
+        "lr_power": Param(0.75, float, min=0, doc='"inv" policy exponent'),
+        "feat_dim": Param(160, int, min=1, doc="inner-product layer size"),
+        "width": Param(16, int, min=1, doc="channels of the first conv block"),
+        "n_blocks": Param(3, int, min=1, doc="conv blocks (each halves the resolution)"),
+        "pool": Param(2, int, min=1, doc="adaptive pooling to pool x pool before the inner product"),
+        "augment": Param(False, bool, doc="augmented views (the paper trains on the images as they are)"),
+        "init": Param("nn_chain", str, choices=("nn_chain", "singletons"),
+                      doc="initial over-clustering: nn_chain (paper) | singletons"),
     }
-    PAPER = {
+    PRESETS = {"paper": {
         "ks": 20, "a": 1.0, "kc": 5, "lam": 1.0, "gamma": 2.0, "eta": 0.9,
         "margin": 0.2, "n_negatives": 20, "negatives": "random", "kc_min_clusters": 100,
         "epochs_per_period": 20, "max_periods": 50, "batch_size": 100, "lr": 0.01,
@@ -387,18 +394,11 @@ class JULE(Clusterer):
         # 50-channel conv layers down to a ~10x10 map (8x8 on MNIST), a 160-d inner product
         "feat_dim": 160, "width": 50, "n_blocks": 2, "pool": 8, "augment": False,
         "init": "nn_chain",
-    }
+    }}
 
-    def __init__(self, **params):
-        super().__init__(**params)
-        self.cfg = resolve_params(self.name, self.DEFAULTS, params)
-        c = self.cfg
-        if c["init"] not in ("nn_chain", "singletons"):
-            raise UserError(f"jule: init must be 'nn_chain' or 'singletons', not {c['init']!r}")
-        if not 0 < float(c["eta"]) <= 1:
-            raise UserError("jule: eta must lie in (0, 1]")
-        if c["negatives"] not in ("nearest", "random"):
-            raise UserError(f"jule: negatives must be 'nearest' or 'random', not {c['negatives']!r}")
+    @property
+    def cfg(self) -> dict:
+        return self.params
 
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         c = self.cfg
@@ -431,31 +431,53 @@ class JULE(Clusterer):
         k_history = [n_init]
         feats = pix.astype(np.float32)
         period = 0
-        bar = epoch_bar(int(c["max_periods"]) + 1, ctx.progress, "jule")
         last_loss = float("nan")
         nc = n_init
-        while nc > k_target:
-            train = period < int(c["max_periods"])
-            if train:
-                last_loss = self._train_period(model, opt, X, labels, device, gen, augment, state)
+        with FitCheckpoint.for_fit(self, corpus, ctx) as ckpt:
+            # a checkpoint after every CNN epoch: (period, epochs done in it) and the state that
+            # period started from; the merges after a period's last epoch are recomputed
+            resume = ckpt.load()
+            if resume is not None:
+                model.load_state_dict(resume["model"])
+                opt.load_state_dict(resume["opt"])
+                labels, k_history = resume["labels"], resume["k_history"]
+                period, last_loss, state["iter"] = resume["period"], resume["last_loss"], resume["iter"]
+                nc = int(labels.max()) + 1
+                restore_rng(resume["rng"], gen)
+
+            def save(epoch: int, partial: tuple[float, int]) -> None:
+                ckpt.save({"epoch": epoch, "period": period, "partial": list(partial), "model": model.state_dict(),
+                           "opt": opt.state_dict(), "labels": labels, "k_history": k_history,
+                           "last_loss": last_loss, "iter": state["iter"], "rng": capture_rng(gen)})
+
+            bar = epoch_bar(int(c["max_periods"]) + 1, ctx.progress, "jule", period)
+            while nc > k_target:
+                train = period < int(c["max_periods"])
+                if train:
+                    done, partial = 0, (0.0, 0)
+                    if resume is not None:
+                        done, partial = resume["epoch"], tuple(resume["partial"])
+                        resume = None
+                    last_loss = self._train_period(model, opt, X, labels, device, gen, augment, state,
+                                                   start=done, partial=partial, save=save)
+                    feats = embed(model, X, device=device)
+                W, _ = affinity_graph(feats, int(c["ks"]), float(c["a"]))
+                n_merge = nc - k_target
+                if train:
+                    n_merge = min(int(math.ceil(float(c["eta"]) * nc)), n_merge)
+                labels, _ = agglomerate(W, labels, n_merge, kc=int(c["kc"]), lam=float(c["lam"]),
+                                        kc_min_clusters=int(c["kc_min_clusters"]), features=feats)
+                nc = int(labels.max()) + 1
+                k_history.append(nc)
+                period += 1
+                bar.update(1)
+                metrics = {"k": nc} if math.isnan(last_loss) else {"loss": last_loss, "k": nc}
+                log_epoch(ctx, bar, metrics, period)
+            bar.close()
+            if period == 0:
+                # the initial clustering already had K clusters (tiny inputs): still learn features
+                self._train_period(model, opt, X, labels, device, gen, augment, state)
                 feats = embed(model, X, device=device)
-            W, _ = affinity_graph(feats, int(c["ks"]), float(c["a"]))
-            n_merge = nc - k_target
-            if train:
-                n_merge = min(int(math.ceil(float(c["eta"]) * nc)), n_merge)
-            labels, _ = agglomerate(W, labels, n_merge, kc=int(c["kc"]), lam=float(c["lam"]),
-                                    kc_min_clusters=int(c["kc_min_clusters"]), features=feats)
-            nc = int(labels.max()) + 1
-            k_history.append(nc)
-            period += 1
-            bar.update(1)
-            metrics = {"k": nc} if math.isnan(last_loss) else {"loss": last_loss, "k": nc}
-            log_epoch(ctx, bar, metrics, period)
-        bar.close()
-        if period == 0:
-            # the initial clustering already had K clusters (tiny inputs): still learn features
-            self._train_period(model, opt, X, labels, device, gen, augment, state)
-            feats = embed(model, X, device=device)
         info = {
             "k_found": int(nc), "k_target": int(k_target), "k_initial": n_init,
             "k_history": k_history, "periods": period, "final_loss": last_loss,
@@ -463,12 +485,15 @@ class JULE(Clusterer):
         }
         return ClusterResult(labels=labels, embedding=feats, info=info)
 
-    def _train_period(self, model, opt, X, labels, device, gen, augment, state) -> float:
+    def _train_period(self, model, opt, X, labels, device, gen, augment, state, start: int = 0,
+                      partial: tuple[float, int] = (0.0, 0), save=None) -> float:
+        """The period's CNN epochs from epoch ``start`` (``partial``: the loss sum and triplet count
+        of the epochs before it); ``save(epochs_done, partial)`` after each epoch."""
         c = self.cfg
         lab = torch.from_numpy(np.asarray(labels, dtype=np.int64))
         model.train()
-        total, count = 0.0, 0
-        for _ in range(int(c["epochs_per_period"])):
+        total, count = partial
+        for epoch in range(start, int(c["epochs_per_period"])):
             for idx in shuffled_batches(len(X), int(c["batch_size"]), gen, drop_last=False):
                 yb = lab[idx].to(device)
                 xb = X[idx]
@@ -489,4 +514,6 @@ class JULE(Clusterer):
                 opt.step()
                 total += float(loss.detach()) * n_trip
                 count += n_trip
+            if save is not None:
+                save(epoch + 1, (total, count))
         return total / count if count else float("nan")

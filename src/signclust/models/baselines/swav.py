@@ -29,6 +29,8 @@ from signclust.models.baselines._nets import (Baseline, GlyphAugment, GlyphCNN, 
                                               epoch_bar, fit_setup, images_to_tensor,
                                               log_epoch, mlp, random_resized_crop, require_k,
                                               shuffled_batches)
+from signclust.models.checkpoint import FitCheckpoint, capture_rng, restore_rng
+from signclust.models.params import Param
 
 
 @torch.no_grad()
@@ -77,37 +79,52 @@ class _SwAVNet(nn.Module):
 class SwAV(Baseline):
     name = "swav"
     needs_k = True
-    DEFAULTS = {
-        "epochs": 25,
-        "batch_size": 128,
-        "lr": 0.1, "final_lr": 0.001, "momentum": 0.9, "weight_decay": 1e-6,
-        "warmup_epochs": 0,
-        "width": 16, "feat_dim": 128, "hidden_dim": 256, "proj_dim": 64,
-        "prototype_factor": 1.0,     # prototypes = round(factor * K_true)
-        "temperature": 0.1,          # tau of the swapped-prediction softmax
-        "epsilon": 0.05,             # entropic regularisation of Sinkhorn
-        "sinkhorn_iters": 3,
-        "n_small_crops": 0,          # multi-crop: extra low-resolution views
-        "small_crop_size": 0.5,      # their side, as a fraction of the image side
-        "small_crop_scale": [0.3, 0.7],  # area fraction of the image each small crop covers
+    fit_checkpoint = True
+    PARAMS = {
+        "epochs": Param(25, int, min=1, doc="training passes"),
+        "batch_size": Param(128, int, min=2, doc="images per step (capped at the corpus size)"),
+        "lr": Param(0.1, float, gt=0, doc="peak learning rate (cosine schedule)"),
+        "final_lr": Param(0.001, float, min=0, doc="learning rate at the end of the cosine schedule"),
+        "momentum": Param(0.9, float, min=0, lt=1, doc="SGD momentum"),
+        "weight_decay": Param(1e-6, float, min=0, doc="SGD weight decay"),
+        "warmup_epochs": Param(0.0, float, min=0, doc="linear warm-up, in epochs (may be fractional)"),
+        "width": Param(16, int, min=1, doc="channels of the first conv block"),
+        "feat_dim": Param(128, int, min=1, doc="CNN feature size"),
+        "hidden_dim": Param(256, int, min=1, doc="projection MLP hidden size"),
+        "proj_dim": Param(64, int, min=1, doc="projection size (the space of the prototypes)"),
+        "prototype_factor": Param(1.0, float, gt=0, doc="prototypes = round(factor * K_true)"),
+        "temperature": Param(0.1, float, gt=0, doc="tau of the swapped-prediction softmax"),
+        "epsilon": Param(0.05, float, gt=0, doc="entropic regularisation of Sinkhorn"),
+        "sinkhorn_iters": Param(3, int, min=0, doc="Sinkhorn-Knopp iterations"),
+        "n_small_crops": Param(0, int, min=0, doc="multi-crop: extra low-resolution views"),
+        "small_crop_size": Param(0.5, float, gt=0, max=1, doc="their side, as a fraction of the image side"),
+        "small_crop_scale": Param([0.3, 0.7], list, item=float, length=2, gt=0, max=1,
+                                  doc="area fraction [low, high] of the image each small crop covers"),
         # stored past features added to Sinkhorn's batch: equipartition over one batch of
         # 128 is meaningless with ~300 prototypes (sign inventories)
-        "queue_length": 1024,
-        "queue_start_epoch": 2,
-        "freeze_prototypes_epochs": 0,   # prototypes get no update this long (may be fractional)
-        "embed_batch": 512,
+        "queue_length": Param(1024, int, min=0, doc="past features added to Sinkhorn's batch (0: none)"),
+        "queue_start_epoch": Param(2, int, min=0, doc="epoch from which the queue is used"),
+        "freeze_prototypes_epochs": Param(0.0, float, min=0,
+                                          doc="prototypes get no update this long (may be fractional)"),
+        "embed_batch": Param(512, int, min=1, doc="images per no-grad forward when embedding"),
     }
     # Caron et al. 2020 (ImageNet, ResNet-50): 400 epochs, batch 256, 2x224 + 6x96 crops,
     # tau 0.1, eps 0.05, 3 Sinkhorn iterations, 3000 prototypes for 1000 classes, queue 3840
     # from epoch 15 at batch 256, prototypes frozen for the first epoch,
     # LARS lr 0.6 -> 0.0006 cosine, wd 1e-6, projection 2048 -> 128. Prototypes stay at
     # K_true here (the argmax assignment should give K types); factor 3 is the ImageNet ratio.
-    PAPER = {"epochs": 400, "batch_size": 256, "lr": 0.6, "final_lr": 0.0006,
-             "weight_decay": 1e-6, "warmup_epochs": 0, "width": 64, "feat_dim": 512,
-             "hidden_dim": 2048, "proj_dim": 128, "prototype_factor": 1.0,
-             "temperature": 0.1, "epsilon": 0.05, "sinkhorn_iters": 3, "n_small_crops": 6,
-             "small_crop_size": 0.43, "small_crop_scale": [0.05, 0.14],
-             "queue_length": 3840, "queue_start_epoch": 15, "freeze_prototypes_epochs": 1}
+    PRESETS = {"paper": {"epochs": 400, "batch_size": 256, "lr": 0.6, "final_lr": 0.0006,
+                         "weight_decay": 1e-6, "warmup_epochs": 0, "width": 64, "feat_dim": 512,
+                         "hidden_dim": 2048, "proj_dim": 128, "prototype_factor": 1.0,
+                         "temperature": 0.1, "epsilon": 0.05, "sinkhorn_iters": 3, "n_small_crops": 6,
+                         "small_crop_size": 0.43, "small_crop_scale": [0.05, 0.14],
+                         "queue_length": 3840, "queue_start_epoch": 15, "freeze_prototypes_epochs": 1}}
+
+    def validate(self):
+        lo, hi = self.p["small_crop_scale"]
+        if lo > hi:
+            raise UserError(f"swav.small_crop_scale: {[lo, hi]} is not allowed (expected [low, high] "
+                            "with low <= high)")
 
     def _lr(self, it: int, total: int, per_epoch: int) -> float:
         p = self.p
@@ -133,61 +150,28 @@ class SwAV(Baseline):
         opt = torch.optim.SGD(net.parameters(), lr=p["lr"], momentum=p["momentum"],
                               weight_decay=p["weight_decay"])
         augment = GlyphAugment()
-        tau, n_views = p["temperature"], 2 + int(p["n_small_crops"])
+        n_views = 2 + int(p["n_small_crops"])
         queue = torch.zeros(2, int(p["queue_length"]), p["proj_dim"], device=device)
         queue_filled = 0
         per_epoch = len(shuffled_batches(n, bs, torch.Generator().manual_seed(0)))
         total, it = p["epochs"] * per_epoch, 0
         history: list[dict] = []
-        bar = epoch_bar(p["epochs"], ctx.progress, self.name)
-        for epoch in bar:
-            use_queue = queue.shape[1] > 0 and epoch >= p["queue_start_epoch"]
-            net.train()
-            tot, cnt = 0.0, 0
-            for batch in shuffled_batches(n, bs, gen):
-                for group in opt.param_groups:
-                    group["lr"] = self._lr(it, total, per_epoch)
-                net.normalize_prototypes()
-                x = X[batch].to(device)
-                b = len(batch)
-                z_full, s_full = net(torch.cat([augment(x, gen), augment(x, gen)]))
-                scores = list(s_full.split(b))
-                if n_views > 2:
-                    crops = torch.cat([random_resized_crop(x, small, tuple(p["small_crop_scale"]),
-                                                           gen, augment)
-                                       for _ in range(n_views - 2)])
-                    scores += list(net(crops)[1].split(b))
-                loss = 0.0
-                for i in (0, 1):
-                    with torch.no_grad():
-                        s = scores[i].detach()
-                        if use_queue and queue_filled > 0:
-                            # more samples for equipartition when K is large for one batch
-                            s = torch.cat([queue[i, :queue_filled] @ net.prototypes.weight.t(), s])
-                        q = sinkhorn(s, p["epsilon"], p["sinkhorn_iters"])[-b:]
-                    sub = 0.0
-                    for v in range(n_views):
-                        if v != i:
-                            sub = sub - (q * F.log_softmax(scores[v] / tau, dim=1)).sum(1).mean()
-                    loss = loss + sub / (n_views - 1)
-                loss = loss / 2
-                opt.zero_grad()
-                loss.backward()
-                if it < p["freeze_prototypes_epochs"] * per_epoch:
-                    net.prototypes.weight.grad = None
-                opt.step()
-                if queue.shape[1] > 0:
-                    with torch.no_grad():
-                        for i in (0, 1):
-                            zi = z_full[i * b:(i + 1) * b].detach()
-                            queue[i] = torch.cat([zi, queue[i, :-b]])[: queue.shape[1]]
-                    queue_filled = min(queue.shape[1], queue_filled + b)
-                tot += loss.item() * b
-                cnt += b
-                it += 1
-            stats = {"loss": tot / max(cnt, 1), "lr": self._lr(it - 1, total, per_epoch)}
-            history.append(stats)
-            log_epoch(ctx, bar, stats, epoch)
+        with FitCheckpoint.for_fit(self, corpus, ctx) as ckpt:
+            start = 0
+            state = ckpt.load()
+            if state is not None:
+                net.load_state_dict(state["net"])
+                opt.load_state_dict(state["opt"])
+                queue = state["queue"].to(device)
+                start, it, queue_filled, history = state["epoch"], state["it"], state["queue_filled"], state["history"]
+                restore_rng(state["rng"], gen)
+            bar = epoch_bar(p["epochs"], ctx.progress, self.name, start)
+            for epoch in bar:
+                it, queue_filled = self._epoch(net, opt, X, augment, gen, queue, queue_filled, it, total,
+                                               per_epoch, epoch, bs, small, n_views, device, history)
+                ckpt.save({"epoch": epoch + 1, "net": net.state_dict(), "opt": opt.state_dict(), "queue": queue,
+                           "it": it, "queue_filled": queue_filled, "history": history, "rng": capture_rng(gen)})
+                log_epoch(ctx, bar, history[-1], epoch)
         net.normalize_prototypes()
         z = embed(net, X, p["embed_batch"], device, fn=lambda m, xb: m.embed(xb))
         scores = z @ net.prototypes.weight.detach().cpu().numpy().T
@@ -196,3 +180,57 @@ class SwAV(Baseline):
                 "loss": history[-1]["loss"] if history else None, "history": history,
                 "wall_s": time.time() - t0}
         return ClusterResult(labels, z, info)
+
+    def _epoch(self, net, opt, X, augment, gen, queue, queue_filled, it, total, per_epoch, epoch, bs,
+               small, n_views, device, history):
+        """One epoch of swapped prediction; ``queue`` is updated in place. -> (it, queue_filled)."""
+        p = self.p
+        n = len(X)
+        tau = p["temperature"]
+        use_queue = queue.shape[1] > 0 and epoch >= p["queue_start_epoch"]
+        net.train()
+        tot, cnt = 0.0, 0
+        for batch in shuffled_batches(n, bs, gen):
+            for group in opt.param_groups:
+                group["lr"] = self._lr(it, total, per_epoch)
+            net.normalize_prototypes()
+            x = X[batch].to(device)
+            b = len(batch)
+            z_full, s_full = net(torch.cat([augment(x, gen), augment(x, gen)]))
+            scores = list(s_full.split(b))
+            if n_views > 2:
+                crops = torch.cat([random_resized_crop(x, small, tuple(p["small_crop_scale"]),
+                                                       gen, augment)
+                                   for _ in range(n_views - 2)])
+                scores += list(net(crops)[1].split(b))
+            loss = 0.0
+            for i in (0, 1):
+                with torch.no_grad():
+                    s = scores[i].detach()
+                    if use_queue and queue_filled > 0:
+                        # more samples for equipartition when K is large for one batch
+                        s = torch.cat([queue[i, :queue_filled] @ net.prototypes.weight.t(), s])
+                    q = sinkhorn(s, p["epsilon"], p["sinkhorn_iters"])[-b:]
+                sub = 0.0
+                for v in range(n_views):
+                    if v != i:
+                        sub = sub - (q * F.log_softmax(scores[v] / tau, dim=1)).sum(1).mean()
+                loss = loss + sub / (n_views - 1)
+            loss = loss / 2
+            opt.zero_grad()
+            loss.backward()
+            if it < p["freeze_prototypes_epochs"] * per_epoch:
+                net.prototypes.weight.grad = None
+            opt.step()
+            if queue.shape[1] > 0:
+                with torch.no_grad():
+                    for i in (0, 1):
+                        zi = z_full[i * b:(i + 1) * b].detach()
+                        queue[i] = torch.cat([zi, queue[i, :-b]])[: queue.shape[1]]
+                queue_filled = min(queue.shape[1], queue_filled + b)
+            tot += loss.item() * b
+            cnt += b
+            it += 1
+        stats = {"loss": tot / max(cnt, 1), "lr": self._lr(it - 1, total, per_epoch)}
+        history.append(stats)
+        return it, queue_filled

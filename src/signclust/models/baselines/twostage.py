@@ -39,6 +39,8 @@ from signclust.models.base import ClusterResult, FitContext, register
 from signclust.models.baselines._nets import (Baseline, GlyphAugment, GlyphCNN, embed,
                                               epoch_bar, fit_setup, images_to_tensor,
                                               log_epoch, require_k, shuffled_batches)
+from signclust.models.checkpoint import FitCheckpoint, capture_rng, restore_rng
+from signclust.models.params import Param
 
 
 # --------------------------------------------------------------------------- losses
@@ -157,41 +159,48 @@ def ue_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 class TwoStage(Baseline):
     name = "twostage"
     needs_k = True
-    DEFAULTS = {
-        "width": 16, "dim": 128, "batch_size": 128, "momentum": 0.9, "weight_decay": 5e-4,
+    fit_checkpoint = True
+    PARAMS = {
+        "width": Param(16, int, min=1, doc="channels of the first conv block"),
+        "dim": Param(128, int, min=1, doc="embedding size (L2-normalised)"),
+        "batch_size": Param(128, int, min=2, doc="images per step (capped at the corpus size)"),
+        "momentum": Param(0.9, float, min=0, lt=1, doc="SGD (Nesterov) momentum, both stages"),
+        "weight_decay": Param(5e-4, float, min=0, doc="SGD weight decay, both stages"),
         # stage 1 (Super-AND)
-        "rounds": 3,                   # round 0 = plain instance discrimination
-        "epochs_per_round": 4,
-        "stage1_lr": 0.03,
-        "stage1_lr_milestones": [3],   # x0.1 at each, counted within a round
-        "npc_temperature": 0.1,        # T of the memory-bank softmax
-        "memory_momentum": 0.5,
-        "select_rate": 0.25,           # anchor fraction added per round
-        "neighbourhood_size": 1,
+        "rounds": Param(3, int, min=1, doc="Super-AND rounds (round 0 = plain instance discrimination)"),
+        "epochs_per_round": Param(4, int, min=1, doc="epochs of each round"),
+        "stage1_lr": Param(0.03, float, gt=0, doc="stage-1 learning rate"),
+        "stage1_lr_milestones": Param([3], list, item=int, min=0,
+                                      doc="x0.1 at each, counted within a round"),
+        "npc_temperature": Param(0.1, float, gt=0, doc="T of the memory-bank softmax"),
+        "memory_momentum": Param(0.5, float, min=0, max=1, doc="memory-bank update momentum"),
+        "select_rate": Param(0.25, float, min=0, max=1, doc="anchor fraction added per round"),
+        "neighbourhood_size": Param(1, int, min=1, doc="neighbours an anchor counts as its class"),
         # w(t) = step * (epoch_in_round // ue_step_every): 0 for the first part of each round,
         # as in the paper (UE from the start pulled an untrained embedding together)
-        "ue_weight_step": 0.2,
-        "ue_step_every": 2,
-        "aug_temperature": 0.1,        # T of the in-batch AUG / CP loss
+        "ue_weight_step": Param(0.2, float, min=0, doc="UE weight added every ue_step_every epochs"),
+        "ue_step_every": Param(2, int, min=1, doc="epochs between UE weight steps"),
+        "aug_temperature": Param(0.1, float, gt=0, doc="T of the in-batch AUG / CP loss"),
         # stage 2 (IIC + consistency preserving, Norm-FC heads)
-        "stage2_epochs": 15,
-        "stage2_lr": 0.1,              # the paper's 0.01 barely moves the heads in 15 epochs
-        "stage2_lr_milestones": [],
-        "head_temperature": 0.1,       # tau_c of the Norm-FC head
-        "cp_weight": 1.0,              # lambda
-        "n_heads": 5,
-        "train_heads": True,
-        "embed_batch": 512,
+        "stage2_epochs": Param(15, int, min=1, doc="stage-2 epochs"),
+        "stage2_lr": Param(0.1, float, gt=0, doc="stage-2 learning rate (the paper's 0.01 barely "
+                                                 "moves the heads in 15 epochs)"),
+        "stage2_lr_milestones": Param([], list, item=int, min=0, doc="x0.1 at each stage-2 epoch listed"),
+        "head_temperature": Param(0.1, float, gt=0, doc="tau_c of the Norm-FC head"),
+        "cp_weight": Param(1.0, float, min=0, doc="lambda: weight of the consistency-preserving loss"),
+        "n_heads": Param(5, int, min=1, doc="sub-heads trained together (the best is kept)"),
+        "train_heads": Param(True, bool, doc="train the Norm-FC weights (the released code did not)"),
+        "embed_batch": Param(512, int, min=1, doc="images per no-grad forward when embedding"),
     }
     # Super-AND (Han et al. 2020, CIFAR): 5 rounds x 200 epochs, lr 0.03 (x0.1 at 80/120/160
     # per round), SGD nesterov momentum 0.9 wd 5e-4, batch 128, dim 128, T 0.1, memory
     # momentum 0.5, select rate 0.25, 1 neighbour, w(t) = 0.2 x (epoch // 80).
     # Two-stage: 300 epochs, lr 0.01 (same step rule), 5 Norm-FC heads with tau_c 0.1, lambda 1.
-    PAPER = {"rounds": 5, "epochs_per_round": 200, "stage1_lr": 0.03,
-             "stage1_lr_milestones": [80, 120, 160], "ue_weight_step": 0.2, "ue_step_every": 80,
-             "stage2_epochs": 300, "stage2_lr": 0.01,
-             "stage2_lr_milestones": [80, 120, 160, 200, 240, 280],
-             "width": 64, "dim": 128, "batch_size": 128, "n_heads": 5}
+    PRESETS = {"paper": {"rounds": 5, "epochs_per_round": 200, "stage1_lr": 0.03,
+                         "stage1_lr_milestones": [80, 120, 160], "ue_weight_step": 0.2, "ue_step_every": 80,
+                         "stage2_epochs": 300, "stage2_lr": 0.01,
+                         "stage2_lr_milestones": [80, 120, 160, 200, 240, 280],
+                         "width": 64, "dim": 128, "batch_size": 128, "n_heads": 5}}
 
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         p = self.p
@@ -217,21 +226,46 @@ class TwoStage(Baseline):
             return lr
 
         history: list[dict] = []
-        step = 0
+        # epochs are numbered over both stages: rounds x epochs_per_round of stage 1, then stage 2
+        n1 = p["rounds"] * p["epochs_per_round"]
         # ---------------- stage 1: Super-AND
         memory = torch.from_numpy(embed(net, X, p["embed_batch"], device)).to(device)
         ans = AnchorNeighbourhoods(n, device)
         opt = torch.optim.SGD(net.parameters(), lr=p["stage1_lr"], momentum=p["momentum"],
                               weight_decay=p["weight_decay"], nesterov=True)
         T, m = p["npc_temperature"], p["memory_momentum"]
-        bar = epoch_bar(p["rounds"] * p["epochs_per_round"], ctx.progress, f"{self.name}/1")
-        it = iter(bar)
-        for rnd in range(p["rounds"]):
-            if rnd > 0:
-                ans.update(memory, T, min(n, int(n * p["select_rate"] * rnd)),
-                           min(p["neighbourhood_size"], n - 1))
-            for epoch in range(p["epochs_per_round"]):
-                next(it, None)
+        heads, head_loss = None, np.zeros(p["n_heads"])
+
+        def stage2_setup():
+            heads = nn.ModuleList([NormFCHead(p["dim"], k, p["head_temperature"], gen)
+                                   for _ in range(p["n_heads"])]).to(device)
+            params = list(net.parameters()) + (list(heads.parameters()) if p["train_heads"] else [])
+            opt = torch.optim.SGD(params, lr=p["stage2_lr"], momentum=p["momentum"],
+                                  weight_decay=p["weight_decay"], nesterov=True)
+            return heads, opt
+
+        with FitCheckpoint.for_fit(self, corpus, ctx) as ckpt:
+            start = 0
+            state = ckpt.load()
+            if state is not None:
+                start, history = state["epoch"], state["history"]
+                net.load_state_dict(state["net"])
+                if start > n1:                  # inside stage 2: its heads and optimiser
+                    heads, opt = stage2_setup()
+                    heads.load_state_dict(state["heads"])
+                    head_loss = np.asarray(state["head_loss"])
+                else:
+                    memory = state["memory"].to(device)
+                    ans.is_anchor = state["is_anchor"].to(device)
+                    ans.neighbours = state["neighbours"].to(device)
+                opt.load_state_dict(state["opt"])
+                restore_rng(state["rng"], gen)
+            bar = epoch_bar(n1, ctx.progress, f"{self.name}/1", min(start, n1))
+            for step in range(start, n1):
+                rnd, epoch = divmod(step, p["epochs_per_round"])
+                if rnd > 0 and epoch == 0:
+                    ans.update(memory, T, min(n, int(n * p["select_rate"] * rnd)),
+                               min(p["neighbourhood_size"], n - 1))
                 lr = set_lr(opt, p["stage1_lr"], p["stage1_lr_milestones"], epoch)
                 w_ue = p["ue_weight_step"] * (epoch // max(1, p["ue_step_every"]))
                 net.train()
@@ -259,44 +293,46 @@ class TwoStage(Baseline):
                 stats = {"stage": 1, "round": rnd, "loss": s[0], "and": s[1], "ue": s[2],
                          "aug": s[3], "anchors": int(ans.is_anchor.sum()), "lr": lr}
                 history.append(stats)
+                ckpt.save({"epoch": step + 1, "net": net.state_dict(), "opt": opt.state_dict(),
+                           "memory": memory, "is_anchor": ans.is_anchor, "neighbours": ans.neighbours,
+                           "history": history, "rng": capture_rng(gen)})
+                bar.update(1)
                 log_epoch(ctx, bar, stats, step)
-                step += 1
-        bar.close()
-        # ---------------- stage 2: IIC + consistency preserving, Norm-FC heads
-        heads = nn.ModuleList([NormFCHead(p["dim"], k, p["head_temperature"], gen)
-                               for _ in range(p["n_heads"])]).to(device)
-        params = list(net.parameters()) + (list(heads.parameters()) if p["train_heads"] else [])
-        opt = torch.optim.SGD(params, lr=p["stage2_lr"], momentum=p["momentum"],
-                              weight_decay=p["weight_decay"], nesterov=True)
-        head_loss = np.zeros(p["n_heads"])
-        bar = epoch_bar(p["stage2_epochs"], ctx.progress, f"{self.name}/2")
-        for epoch in bar:
-            lr = set_lr(opt, p["stage2_lr"], p["stage2_lr_milestones"], epoch)
-            net.train()
-            sums, head_sum, cnt = np.zeros(3), np.zeros(p["n_heads"]), 0
-            for batch in shuffled_batches(n, bs, gen):
-                b = len(batch)
-                v = net(views(batch))
-                per_head = [iic_loss(y[:b], y[b:]) for y in (h(v) for h in heads)]
-                l_mi = torch.stack(per_head).mean()
-                l_cp = instance_pair_loss(v, p["aug_temperature"])
-                loss = l_mi + p["cp_weight"] * l_cp
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                sums += np.array([loss.item(), l_mi.item(), l_cp.item()]) * b
-                head_sum += np.array([h.item() for h in per_head]) * b
-                cnt += b
-            s = sums / max(cnt, 1)
-            head_loss = head_sum / max(cnt, 1)
-            stats = {"stage": 2, "loss": s[0], "mi": s[1], "cp": s[2], "lr": lr}
-            history.append(stats)
-            log_epoch(ctx, bar, stats, step)
-            step += 1
-        best = int(np.argmin(head_loss)) if p["stage2_epochs"] > 0 else 0
-        v_all = embed(net, X, p["embed_batch"], device)
-        with torch.no_grad():
-            probs = heads[best](torch.from_numpy(v_all).to(device)).cpu().numpy()
+            bar.close()
+            # ---------------- stage 2: IIC + consistency preserving, Norm-FC heads
+            if heads is None:
+                heads, opt = stage2_setup()
+            start2 = max(start - n1, 0)
+            bar = epoch_bar(p["stage2_epochs"], ctx.progress, f"{self.name}/2", start2)
+            for epoch in bar:
+                lr = set_lr(opt, p["stage2_lr"], p["stage2_lr_milestones"], epoch)
+                net.train()
+                sums, head_sum, cnt = np.zeros(3), np.zeros(p["n_heads"]), 0
+                for batch in shuffled_batches(n, bs, gen):
+                    b = len(batch)
+                    v = net(views(batch))
+                    per_head = [iic_loss(y[:b], y[b:]) for y in (h(v) for h in heads)]
+                    l_mi = torch.stack(per_head).mean()
+                    l_cp = instance_pair_loss(v, p["aug_temperature"])
+                    loss = l_mi + p["cp_weight"] * l_cp
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    sums += np.array([loss.item(), l_mi.item(), l_cp.item()]) * b
+                    head_sum += np.array([h.item() for h in per_head]) * b
+                    cnt += b
+                s = sums / max(cnt, 1)
+                head_loss = head_sum / max(cnt, 1)
+                stats = {"stage": 2, "loss": s[0], "mi": s[1], "cp": s[2], "lr": lr}
+                history.append(stats)
+                ckpt.save({"epoch": n1 + epoch + 1, "net": net.state_dict(), "opt": opt.state_dict(),
+                           "heads": heads.state_dict(), "head_loss": head_loss, "history": history,
+                           "rng": capture_rng(gen)})
+                log_epoch(ctx, bar, stats, n1 + epoch)
+            best = int(np.argmin(head_loss)) if p["stage2_epochs"] > 0 else 0
+            v_all = embed(net, X, p["embed_batch"], device)
+            with torch.no_grad():
+                probs = heads[best](torch.from_numpy(v_all).to(device)).cpu().numpy()
         labels = probs.argmax(1)
         info = {"k_found": int(len(np.unique(labels))), "best_head": best,
                 "head_losses": head_loss.tolist(),
