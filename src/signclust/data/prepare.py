@@ -35,7 +35,13 @@ def load_sequences(name: str, cfg: dict, seed: int):
 
 
 def build(name: str, params: dict, progress: bool = True) -> Corpus:
-    cfg = params["corpora"][name]
+    known = params.get("corpora") or {}
+    if name not in known:
+        import difflib
+        close = difflib.get_close_matches(name, list(known), n=1)
+        raise UserError(f"unknown corpus '{name}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+                        + f"; prepare builds: {', '.join(known) or 'none'} (params.yaml prepare.corpora)")
+    cfg = known[name] or {}
     seed = int(params["seed"])
     texts, info = load_sequences(name, cfg, seed)
     texts_meta = info.pop("texts_meta", [{} for _ in texts])
