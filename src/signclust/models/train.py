@@ -45,7 +45,7 @@ def run_config(run_name: str, params: dict) -> tuple[str, dict, str | None]:
     preset = spec.get("preset")
     cfg = deep_update(params.get("models", {}).get(method, {}) or {}, spec.get("params", {}) or {})
     if spec.get("params_file"):
-        # e.g. params/tuned_lm.yaml written by the tune stage: {<method>: {param: value}}
+        # e.g. params/tuned_lm_cypriot_supervised.yaml written by the tune stage: {<method>: {param: value}}
         path = REPO_ROOT / spec["params_file"]
         if not path.exists():
             raise UserError(f"run '{run_name}': {spec['params_file']} not found (run the tune stage first)")
