@@ -87,6 +87,15 @@ def write_history(records: list[dict], path: Path) -> Path | None:
     return path
 
 
+def read_history(path: Path) -> list[dict]:
+    """The records of a history.csv ([] when there is none)."""
+    import pandas as pd
+    if not Path(path).is_file():
+        return []
+    frame = pd.read_csv(path)
+    return [{k: v for k, v in rec.items() if pd.notna(v)} for rec in frame.to_dict("records")]
+
+
 def _history(info: dict, logged: list[dict]) -> list[dict]:
     """The fit's full per-epoch history when the method returns one (``info["history"]``), else
     what it logged through FitContext.log_metrics during this process (a resumed fit logs only the
@@ -153,11 +162,13 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
                 resumed_from = (first - 1) if first is not None else result.info.get("epochs", "end")
             resumed = bool(resumed_from)
             folder = out_root / run_name / corpus_name / f"seed{seed}"
+            previous = read_history(folder / "history.csv") if resumed else []
             save_result(result, folder, {"method": method, "run": run_name, "preset": preset, "seed": seed,
                                          "corpus": corpus_name, "seconds": seconds, "params": clusterer.params,
                                          "config_hash": chash, "resumed": resumed,
                                          "mlflow_run_id": mlrun.run_id})
-            history = write_history(_history(result.info, logged), folder / "history.csv")
+            records = previous + _history(result.info, logged)   # a resumed fit keeps the epochs it resumed
+            history = write_history(records, folder / "history.csv")
             scores = final_scores(corpus, result.labels)
             mlrun.set_tags({"resumed": str(resumed).lower(), "history": "yes" if history else "no",
                             **({"resumed_from_epoch": resumed_from} if resumed else {})})
