@@ -159,3 +159,48 @@ def test_a_side_study_or_a_rerun_never_touches_the_committed_outputs(tiny_corpus
     assert summary["uid"] == uid and summary["budget"] == 4 and summary["trials"]["complete"] == 4
     study = optuna.load_study(study_name="ward_tiny_supervised", storage=st.journal_storage(journal))
     assert len(study.trials) == 4 and study.metric_names == ["v_measure"]
+
+
+def test_pruning_goes_through_the_fit_context_contract(tiny_corpus, monkeypatch):
+    """The trial's log_metrics callback raises StopFit (models never see Optuna); the objective turns
+    it into a pruned trial whose MLflow run ends normally."""
+    import optuna
+
+    from signclust.evaluation.label_free import CorpusData
+    from signclust.models.base import StopFit
+    from signclust.tuning import objective as obj
+    from signclust.tuning.study import tune_config
+
+    class Trial:
+        number = 0
+        def __init__(self): self.reported = []
+        def report(self, value, step): self.reported.append((step, value))
+        def should_prune(self): return len(self.reported) >= 2
+
+    class Run:
+        def log_metrics(self, m, step=None): pass
+
+    trial = Trial()
+    cb = obj.PruningCallback(trial, ["lm", "-entropy"], Run())
+    cb({"lm": 3.0, "entropy": 1.0}, 1)
+    with pytest.raises(StopFit, match="epoch 2"):
+        cb({"lm": 2.5, "entropy": 1.0}, 2)
+    assert trial.reported == [(1, -2.0), (2, -1.5)] and cb.last == -1.5
+
+    def fake_fit(method, params, data, seed, device, ucfg, log_metrics=None, **kw):
+        for epoch in (1, 2, 3):
+            log_metrics({"lm": 1.0 / epoch, "entropy": 0.0, "hom": 0.0}, epoch)
+        raise AssertionError("not reached: the callback stops the fit")
+
+    monkeypatch.setattr(obj, "fit_and_score", fake_fit)
+    params = load_params()
+    params["tune"] = {"spaces": {"lm": {"w_lm": {"low": 0.1, "high": 1.0}}}, "pruner": {"type": "none"}}
+    cfg = tune_config(params)
+    study = optuna.create_study(direction="maximize",
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=0))
+    study.add_trial(optuna.trial.create_trial(params={"w_lm": 0.5}, value=1.0,
+                                              distributions={"w_lm": optuna.distributions.FloatDistribution(0.1, 1.0)},
+                                              intermediate_values={1: 100.0, 2: 100.0, 3: 100.0}))
+    objective = obj.Objective("lm", params, cfg, CorpusData(tiny_corpus(per_type=3), "tiny"), "supervised", "s", None)
+    study.optimize(objective, n_trials=1)
+    assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
