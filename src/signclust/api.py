@@ -289,8 +289,14 @@ class SignClusterer:
             corpus = Corpus.load(folder) if (folder / "tokens.csv").is_file() else None
         if corpus is not None and corpus.n_tokens != len(result.labels):
             raise UserError(f"the corpus has {corpus.n_tokens} tokens, the run folder {len(result.labels)}")
-        obj._set_result(info.get("method", obj.method), info.get("preset"), dict(info.get("params") or {}),
-                        api.get("config_source", f"loaded from {path}"), corpus, result, info.get("seconds"))
+        method = info.get("method", obj.method)
+        params = dict(info.get("params") or {})
+        try:                        # a train-stage folder records the given parameters: complete them
+            params = _full_params(_registry()[method](**params))
+        except Exception:
+            pass
+        obj._set_result(method, info.get("preset"), params, api.get("config_source", f"loaded from {path}"),
+                        corpus, result, info.get("seconds"))
         return obj
 
 
