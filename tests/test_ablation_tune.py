@@ -14,8 +14,9 @@ from signclust import config as sc_config
 from signclust import tracking
 from signclust.config import load_params
 from signclust.errors import UserError
-from signclust.evaluation import ablation
-from signclust.tuning import tune
+from signclust.evaluation import ablation, label_free
+from signclust.reports import tune_report
+from signclust.tuning import mlflow_runs, objective, study as tune_study, tune, workers
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -121,11 +122,11 @@ def test_mlflow_parent_and_nested_runs(tiny_corpus, tmp_path, mlflow_tmp):
     assert "ablation_tiny.md" in {a.path for a in client.list_artifacts(parent[0].info.run_id)}
 
     # tune: the objective as a worker runs it, in-process, against an in-memory study
-    cfg = tune.tune_config(params)
+    cfg = tune_study.tune_config(params)
     study = optuna.create_study(direction="maximize")
-    parent_id = tune.open_parent_run(study, "s", {"method": "lm"})
-    data = tune.CorpusData(corpus, "tiny")
-    study.optimize(tune.Objective("lm", params, cfg, data, "supervised", "s", parent_id), n_trials=1)
+    parent_id = mlflow_runs.open_parent_run(study, "s", {"method": "lm"})
+    data = label_free.CorpusData(corpus, "tiny")
+    study.optimize(objective.Objective("lm", params, cfg, data, "supervised", "s", parent_id), n_trials=1)
     exp = client.get_experiment_by_name("tune")
     trials = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_name == "s/trial0000"]
     assert trials and trials[0].data.tags["mlflow.parentRunId"] == parent_id
@@ -136,34 +137,34 @@ def test_mlflow_parent_and_nested_runs(tiny_corpus, tmp_path, mlflow_tmp):
 
 def test_unsupervised_terms(tiny_corpus):
     corpus = tiny_corpus(per_type=6, n_texts=4)
-    data = tune.CorpusData(corpus, "tiny")
+    data = label_free.CorpusData(corpus, "tiny")
     one = np.zeros(corpus.n_tokens, dtype=int)
-    assert tune.visual_inhomogeneity(one, data.glyphs, data.image_index) == pytest.approx(1.0)
+    assert label_free.visual_inhomogeneity(one, data.glyphs, data.image_index) == pytest.approx(1.0)
     gold = corpus.labels()
-    assert tune.visual_inhomogeneity(gold, data.glyphs, data.image_index) < 0.5
+    assert label_free.visual_inhomogeneity(gold, data.glyphs, data.image_index) < 0.5
     singletons = np.arange(corpus.n_tokens)
-    assert tune.visual_inhomogeneity(singletons, data.glyphs, data.image_index) == pytest.approx(0.0)
+    assert label_free.visual_inhomogeneity(singletons, data.glyphs, data.image_index) == pytest.approx(0.0)
     # one type: only "type follows type" and boundaries: far more predictable than singletons
-    ce_one = tune.heldout_bigram_ce(one, data.texts, folds=2)
-    ce_single = tune.heldout_bigram_ce(singletons, data.texts, folds=2)
+    ce_one = label_free.heldout_bigram_ce(one, data.texts, folds=2)
+    ce_single = label_free.heldout_bigram_ce(singletons, data.texts, folds=2)
     assert 0 < ce_one < ce_single
-    u = tune.unsupervised_score(gold, data, {"lm_weight": 1.0, "hom_weight": 1.0})
+    u = label_free.unsupervised_score(gold, data, {"lm_weight": 1.0, "hom_weight": 1.0})
     assert set(u) == {"unsupervised", "heldout_ce", "hom_rel"} and u["unsupervised"] < 0
-    assert tune.proxy_value({"lm": 4.0, "entropy": 3.5, "hom": 0.2}, ["lm", "-entropy", "hom"]) == pytest.approx(-0.7)
-    assert tune.proxy_value({"lm": 4.0}, ["lm", "hom"]) is None and tune.proxy_value({"lm": 1.0}, []) is None
-    assert tune.spearman([1, 2, 3, 4], [2, 4, 6, 9])["rho"] == pytest.approx(1.0)
-    assert tune.spearman([1, 2], [1, 2])["rho"] is None
+    assert objective.proxy_value({"lm": 4.0, "entropy": 3.5, "hom": 0.2}, ["lm", "-entropy", "hom"]) == pytest.approx(-0.7)
+    assert objective.proxy_value({"lm": 4.0}, ["lm", "hom"]) is None and objective.proxy_value({"lm": 1.0}, []) is None
+    assert tune_report.spearman([1, 2, 3, 4], [2, 4, 6, 9])["rho"] == pytest.approx(1.0)
+    assert tune_report.spearman([1, 2], [1, 2])["rho"] is None
 
 
 def test_suggest_space_and_shares():
     import optuna
     space = {"a": {"low": 1, "high": 5}, "b": {"low": 0.1, "high": 1.0, "log": True}, "c": {"choices": ["x", "y"]}}
     trial = optuna.create_study().ask()
-    got = tune.suggest(trial, space)
+    got = objective.suggest(trial, space)
     assert isinstance(got["a"], int) and 0.1 <= got["b"] <= 1.0 and got["c"] in ("x", "y")
     with pytest.raises(UserError):
-        tune.suggest(trial, {"z": {"low": 1}})
-    assert tune.shares(3, 2) == [2, 1] and tune.shares(1, 4) == [1] and sum(tune.shares(10, 3)) == 10
+        objective.suggest(trial, {"z": {"low": 1}})
+    assert workers.shares(3, 2) == [2, 1] and workers.shares(1, 4) == [1] and sum(workers.shares(10, 3)) == 10
 
 
 # -- tuning end to end: parallel workers on SQLite, resume -------------------------------------------
@@ -192,7 +193,7 @@ def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
     done = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(study.trials) == 3 and len(done) == 3
     before = {t.number: t.value for t in done}
-    agree = tune.agreement(study)["unsupervised_vs_v"]
+    agree = tune_report.agreement(study)["unsupervised_vs_v"]
     assert agree["n"] == 3 and agree["rho"] is not None
     md = (tmp_path / "reports" / "tune_t.md").read_text()
     assert "## Best trial" in md and "Spearman" in md and f"{agree['rho']:.3f}" in md
@@ -249,10 +250,10 @@ def test_baseline_trials_share_the_objective(tiny_corpus):
     import optuna
     params = tiny_params()
     params["tune"]["spaces"]["ward"] = {"pca_dim": {"choices": [0, 10]}, "glyphs": {"choices": [False, True]}}
-    cfg = tune.tune_config(params)
-    study = optuna.create_study(direction="maximize", pruner=tune.make_pruner(cfg))
-    data = tune.CorpusData(tiny_corpus(per_type=5), "tiny")
-    study.optimize(tune.Objective("ward", params, cfg, data, "supervised", "w", None), n_trials=2)
+    cfg = tune_study.tune_config(params)
+    study = optuna.create_study(direction="maximize", pruner=workers.make_pruner(cfg))
+    data = label_free.CorpusData(tiny_corpus(per_type=5), "tiny")
+    study.optimize(objective.Objective("ward", params, cfg, data, "supervised", "w", None), n_trials=2)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
     assert all({"v_measure", "unsupervised", "k_found"} <= set(t.user_attrs) for t in study.trials)
     assert all(t.user_attrs["k_found"] == 4 for t in study.trials)

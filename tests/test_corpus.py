@@ -97,8 +97,9 @@ def test_load_missing_file_is_user_error(tiny, tmp_path):
     (tmp_path / "c" / "images.npy").unlink()
     with pytest.raises(UserError, match=r"not a corpus folder: images.npy is missing"):
         Corpus.load(tmp_path / "c")
-    with pytest.raises(UserError, match="tokens.csv is missing"):
-        Corpus.load(tmp_path / "nowhere")
+    # a misspelt corpus names the corpora that exist beside it (issue 13)
+    with pytest.raises(UserError, match=r"no corpus 'cc' .*did you mean 'c'\? Corpora in .*: c\."):
+        Corpus.load(tmp_path / "cc")
 
 
 # -- dedupe ----------------------------------------------------------------------------------

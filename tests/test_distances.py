@@ -290,7 +290,7 @@ def test_stage_cli_missing_corpus(tmp_path, run_cli):
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and "not a corpus folder" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "no corpus 'nope'" in lines[0]
     assert not out.exists()
 
 

@@ -205,18 +205,25 @@ def inventory_case(tmp_path):
     return tmp_path / "inv"
 
 
+def _inventory_data(page: str) -> dict:
+    blob = re.search(r'<script type="application/json" id="inventory-data">(.*?)</script>', page, re.S).group(1)
+    return json.loads(blob)
+
+
 @pytest.mark.slow   # the L1 kernel compiles on first use without a numba cache
 def test_inventory_html_is_self_contained_and_complete(inventory_case):
     page = (inventory_case / "m_toy.html").read_text()
-    refs = re.findall(r'(?:src|href)="([^"]*)"', page)
-    assert refs and not any("http" in r or "//" in r for r in refs)
-    assert all(r.startswith("data:image/png;base64,") or r.startswith("#") for r in refs)
-    assert "<script" not in page and "<link" not in page
-    assert page.count('<tr class="type') == 3                        # one row per found type
-    assert page.count('<tr class="type impure"') == 1 and 'id="t1">type 1<span class="badge">impure' in page
+    markup = re.sub(r"<script.*?</script>", "", page, flags=re.S)
+    refs = re.findall(r'(?:src|href)="([^"]*)"', markup)
+    assert refs and all(r.startswith("#") for r in refs)               # links inside the page only
+    assert "<link" not in page and "http" not in markup and "fetch(" not in page
+    data = _inventory_data(page)                                       # the rows are drawn from this
+    assert [t["id"] for t in data["types"]] == [0, 1, 2]               # one per found type, largest first
+    impure = [t["id"] for t in data["types"] if t["purity"] < data["impure_below"]]
+    assert impure == [1] and data["types"][1]["purity"] == 0.5
     splits = page.split('id="splits"')[1].split('id="merges"')[0]
-    assert '<td class="sign">a</td>' in splits and 'href="#t0"' in splits and 'href="#t2"' in splits
-    merges = page.split('id="merges"')[1]
+    assert 'data-search="a"' in splits and 'href="#t0"' in splits and 'href="#t2"' in splits
+    merges = page.split('id="merges"')[1].split('id="detail"')[0]
     assert 'href="#t1"' in merges and ">b<" in merges and ">c<" in merges
     assert "3 / 3" in page                                            # K found / K true
     assert (inventory_case / "m_toy.png").read_bytes()[:4] == b"\x89PNG"
@@ -238,5 +245,7 @@ def test_inventory_without_gold_labels(tmp_path):
     html_path, png_path = inventory.write_inventory(corpus, np.array([0, 0, 1, 1]), tmp_path,
                                                     {"method": "m", "corpus": "raw", "seed": 0}, inventory.DEFAULTS)
     page = html_path.read_text()
-    assert page.count('<tr class="type') == 2 and 'id="splits"' not in page and "badge\">impure" not in page
+    data = _inventory_data(page)
+    assert len(data["types"]) == 2 and not data["gold"] and 'id="splits"' not in page
+    assert all(t["purity"] is None for t in data["types"])
     assert png_path.exists()

@@ -11,13 +11,52 @@ import yaml
 
 from signclust.errors import UserError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+ROOT_MARKERS = ("params.yaml", "dvc.yaml")
+
+
+def find_project_root(start: str | Path | None = None) -> Path | None:
+    """The signclust project the user works in: ``$SIGNCLUST_ROOT`` when set, else the first of
+    ``start`` (default: the working directory) and its parents that holds params.yaml or dvc.yaml;
+    None outside any project. Never derived from where the package is installed."""
+    env = os.environ.get("SIGNCLUST_ROOT")
+    if env:
+        return Path(env).expanduser().resolve()
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).is_file() for marker in ROOT_MARKERS):
+            return folder
+    return None
+
+
+# Found once, at import: every stage's default paths (data/, models/, reports/, mlflow.db) hang
+# off it. Outside a project the working directory stands in, and reading params.yaml says so.
+PROJECT_ROOT = find_project_root()
+REPO_ROOT = PROJECT_ROOT or Path.cwd().resolve()
 PARAMS_FILE = Path(os.environ.get("SIGNCLUST_PARAMS", REPO_ROOT / "params.yaml"))
+
+
+def set_params_file(path: str | Path) -> Path:
+    """Use another parameter file from now on (``signclust --params FILE``); subprocesses inherit it."""
+    global PARAMS_FILE
+    PARAMS_FILE = Path(path).expanduser().resolve()
+    os.environ["SIGNCLUST_PARAMS"] = str(PARAMS_FILE)
+    return PARAMS_FILE
+
+
+def project_params_file() -> Path | None:
+    """The parameter file in effect when there is one (``--params``/``$SIGNCLUST_PARAMS``, else the
+    project's params.yaml), None when there is none."""
+    return PARAMS_FILE if Path(PARAMS_FILE).is_file() else None
 
 
 def load_params(path: str | Path | None = None) -> dict:
     """The parameter file as a dict; a missing, unreadable or malformed file is one UserError."""
     path = Path(path or PARAMS_FILE)
+    if not path.exists() and path == Path(PARAMS_FILE) and PROJECT_ROOT is None \
+            and "SIGNCLUST_PARAMS" not in os.environ:
+        raise UserError(f"no params.yaml: {Path.cwd()} is not inside a signclust project (no folder up "
+                        "from it holds params.yaml or dvc.yaml); run from the project, set SIGNCLUST_ROOT, "
+                        "or pass --params FILE")
     if not path.is_file():
         raise UserError(f"parameter file not found: {path}" if not path.exists()
                         else f"parameter file {path} is not a file")

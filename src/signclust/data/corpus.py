@@ -151,6 +151,8 @@ class Corpus:
     @classmethod
     def load(cls, folder: str | Path, mmap: bool = False) -> "Corpus":
         folder = Path(folder)
+        if not folder.is_dir():
+            raise UserError(missing_corpus_message(folder))
         for name in ("tokens.csv", "images.npy", "meta.json"):
             if not (folder / name).exists():
                 raise UserError(f"{folder} is not a corpus folder: {name} is missing")
@@ -208,6 +210,18 @@ def check_corpus_out(out: str | Path, force: bool, protect: dict[str, Path] | No
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"cannot write the output folder {out}: {parent} is not writable")
     return out
+
+
+def missing_corpus_message(folder: Path) -> str:
+    """'no corpus X' naming the corpora that do exist beside it (a misspelt name shows its fix)."""
+    import difflib
+    parent = folder.parent
+    have = sorted(p.name for p in parent.iterdir() if (p / "tokens.csv").is_file()) if parent.is_dir() else []
+    close = difflib.get_close_matches(folder.name, have, n=1)
+    return (f"no corpus '{folder.name}' ({folder} does not exist)"
+            + (f"; did you mean '{close[0]}'?" if close else ".")
+            + (f" Corpora in {parent}: {', '.join(have)}." if have else
+               " Build one with `signclust prepare <name>` or `signclust import`."))
 
 
 def dedupe_images(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -43,7 +43,10 @@ def known_names() -> list[str]:
 
 def check_name(name: str) -> None:
     if name not in known_names():
-        raise UserError(f"unknown corpus '{name}'; known: {', '.join(known_names())}")
+        import difflib
+        close = difflib.get_close_matches(name, known_names(), n=1)
+        raise UserError(f"unknown corpus '{name}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+                        + f"; prepare builds: {', '.join(known_names())}")
 
 
 def build(name: str, params: dict, progress: bool = True) -> Corpus:

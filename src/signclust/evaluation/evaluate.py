@@ -5,8 +5,9 @@
 Reads the corpus and every run folder models/runs/<method>/<corpus>/seed*/ and writes
 reports/metrics/<method>_<corpus>.json (a DVC metrics file): per seed the native scores of
 the method's own assignment, the fixed-K scores (Ward on its embedding at K_true + offsets)
-and its wall time; over seeds the mean and std of each. Also logged to MLflow
-(experiment ``evaluate``, run ``<method>/<corpus>``).
+and its wall time; over seeds the mean and std of each. Also logged to MLflow (experiment
+``evaluate``, run ``<method>/<corpus>``, with the model's parameters and tags naming its train
+runs), and each seed's scores onto that seed's train run.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from signclust.errors import UserError, cli_main
 from signclust.evaluation.metrics import FIXED_K_OFFSETS, fixed_k_scores, score
 from signclust.io import write_json
 from signclust.models.base import load_result
+from signclust.progress import status
 
 DEFAULTS = {
     "pca_dims": 64,     # Ward on a wider embedding is slow on lineara (6.7k tokens); PCA first
@@ -116,7 +118,7 @@ def evaluate(corpus: Corpus, runs_dir: Path, cfg: dict, method: str = "", corpus
     gold = corpus.labels()
     folders = seed_folders(runs_dir)
     if not folders:
-        raise UserError(f"no run folders seed*/ under {runs_dir}; run the method first")
+        raise UserError(missing_run_message(runs_dir))
     per_seed = {f"seed{seed}": evaluate_seed(gold, folder, cfg, seed) for seed, folder in folders}
     mean, std = summarise(per_seed, int(cfg["std_ddof"]))
     first = next(iter(per_seed.values()))
@@ -129,6 +131,19 @@ def evaluate(corpus: Corpus, runs_dir: Path, cfg: dict, method: str = "", corpus
         "embedding": first["embedding"],   # same method, same width for every seed
         "mean": mean, "std": std, "per_seed": per_seed,
     }
+
+
+def missing_run_message(runs_dir: Path) -> str:
+    """'no run folders' naming the runs that were trained on this corpus (runs_dir is
+    <runs root>/<run>/<corpus>)."""
+    import difflib
+    runs_dir = Path(runs_dir)
+    run, corpus, root = runs_dir.parent.name, runs_dir.name, runs_dir.parent.parent
+    have = sorted(p.parent.name for p in root.glob(f"*/{corpus}") if seed_folders(p)) if root.is_dir() else []
+    close = difflib.get_close_matches(run, have, n=1)
+    return (f"no run folders seed*/ under {runs_dir}; train it first (signclust train {run} {corpus})"
+            + (f"; did you mean '{close[0]}'?" if close else "")
+            + (f" Trained on '{corpus}': {', '.join(have)}." if have else ""))
 
 
 def metrics_path(reports_dir: Path, method: str, corpus: str) -> Path:
@@ -148,17 +163,56 @@ def main(argv=None):
     corpus = Corpus.load(args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus, mmap=True)
     runs_dir = Path(args.runs_dir or REPO_ROOT / "models" / "runs" / args.method / args.corpus)
     out = Path(args.out or metrics_path(REPO_ROOT / "reports", args.method, args.corpus))
-    doc = evaluate(corpus, runs_dir, cfg, args.method, args.corpus)
+    with status(f"evaluate {args.method}/{args.corpus}: native + fixed-K Ward at "
+                f"{len(cfg['fixed_k_offsets'])} K's per seed") as st:
+        doc = evaluate(corpus, runs_dir, cfg, args.method, args.corpus)
+        st.done(f"{doc['n_seeds']} seed(s)")
     write_json(out, doc)
     m, s = doc["mean"], doc["std"]
     print(f"{args.method}/{args.corpus}: {doc['n_seeds']} seed(s), V = {m['v_measure']:.3f} ± {s['v_measure']:.3f}, "
           f"fixed-K V = {m['fixed_k_v_measure']:.3f} ± {s['fixed_k_v_measure']:.3f}, "
           f"K {m['k_found']:.1f} vs {doc['k_true']} -> {out}")
-    with tracking.run("evaluate", f"{args.method}/{args.corpus}") as run:
-        run.log_params({"method": args.method, "corpus": args.corpus, "n_seeds": doc["n_seeds"],
-                        "embedding": doc["embedding"], **cfg})
-        run.log_metrics({"mean": m, "std": s})
+    log_evaluation(doc, runs_dir, cfg, out)
+
+
+def train_runs(runs_dir: Path) -> dict[str, dict]:
+    """Per seed folder: the train run's MLflow id, configuration hash and parameters (info.json)."""
+    import json
+    out = {}
+    for seed, folder in seed_folders(runs_dir):
+        try:
+            info = json.loads((folder / "info.json").read_text())
+        except (OSError, ValueError):
+            info = {}
+        out[f"seed{seed}"] = {"run_id": info.get("mlflow_run_id"), "config": info.get("config_hash"),
+                              "params": info.get("params") or {}, "preset": info.get("preset")}
+    return out
+
+
+def log_evaluation(doc: dict, runs_dir: Path, cfg: dict, out: Path) -> str | None:
+    """MLflow, one view for comparing configurations: the evaluate run carries the model's
+    parameters and tags naming its train runs (``train_run_ids``, ``train_run.seed<k>``); each
+    train run gets its seed's final scores (both protocols) and a tag back to this evaluate run."""
+    trained = train_runs(runs_dir)
+    first = next(iter(trained.values()), {})
+    ids = {seed: t["run_id"] for seed, t in trained.items() if t["run_id"]}
+    configs = sorted({t["config"] for t in trained.values() if t["config"]})
+    tags = {"method": doc["method"], "corpus": doc["corpus"], "train_run_ids": ",".join(ids.values()),
+            **{f"train_run.{seed}": run_id for seed, run_id in ids.items()}}
+    if configs:
+        tags["config"] = ",".join(configs)
+    with tracking.run("evaluate", f"{doc['method']}/{doc['corpus']}", tags=tags) as run:
+        run.log_params({"method": doc["method"], "corpus": doc["corpus"], "n_seeds": doc["n_seeds"],
+                        "preset": first.get("preset") or "", **(first.get("params") or {}),
+                        "evaluate": {**cfg, "embedding": doc["embedding"]}})
+        run.log_metrics({"mean": doc["mean"], "std": doc["std"], **doc["mean"]})
         run.log_artifact(out)
+        evaluate_id = run.run_id
+    for seed, run_id in ids.items():
+        scores = {k: v for k, v in doc["per_seed"].get(seed, {}).items()
+                  if k in NATIVE_KEYS + FIXED_KEYS + ("k_true",)}
+        tracking.update(run_id, metrics=scores, tags={"evaluate_run_id": evaluate_id or ""})
+    return evaluate_id
 
 
 if __name__ == "__main__":

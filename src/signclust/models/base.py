@@ -40,16 +40,28 @@ class ClusterResult:
         return int(len(np.unique(self.labels)))
 
 
+class StopFit(Exception):
+    """Raised by a ``FitContext.log_metrics`` callback to end a fit early (e.g. an Optuna trial
+    pruned at this epoch). A fit never catches it: it propagates out of ``fit`` to the caller that
+    installed the callback, which decides what it means."""
+
+
 @dataclass
 class FitContext:
-    """What a clusterer may know besides the images: used by methods that need it."""
+    """What a clusterer may know besides the images: used by methods that need it.
+
+    ``log_metrics(metrics: dict, step: int)`` is called by methods that train in epochs, once per
+    epoch (step = epoch number from 1) after the epoch's checkpoint is written. Contract: the
+    callback MAY raise :class:`StopFit` to stop the fit (how the tune stage prunes a trial); a
+    method must let any exception from it propagate, never swallow it.
+    """
     seed: int = 0
     n_clusters: int | None = None           # K_true for methods that must be told K; None otherwise
     device: str = "auto"
     distances: object | None = None         # a signclust.distances.provider.DistanceProvider, if built
     knn: tuple[np.ndarray, np.ndarray] | None = None  # (indices, distances) over images, if built
     progress: bool = True
-    log_metrics: object | None = None       # callable(dict, step) for per-epoch metrics (MLflow)
+    log_metrics: object | None = None       # callable(dict, step) per epoch; may raise StopFit (above)
     checkpoint_dir: str | None = None       # where a long fit may checkpoint and resume
 
 

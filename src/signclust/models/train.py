@@ -14,7 +14,10 @@ optionally its own parameter overrides, in params.yaml:
 
 The layers of a run's configuration are listed in ``run_config``. Each seed writes
 models/runs/<run>/<corpus>/seed<k>/ (assignment.csv, embedding.npy, info.json with every
-resolved parameter) and one MLflow run that logs the same. Long fits checkpoint every epoch
+resolved parameter) and one MLflow run (experiment ``train``: the model's parameters, per-epoch
+metrics, the final V-measure etc. when the corpus has labels, tags ``config`` (a hash of the
+configuration) and ``resumed``, and the run folder as the artifact ``run``); methods that train
+in steps also write history.csv (what ``dvc plots`` draws). Long fits checkpoint every epoch
 under <out>/.checkpoints/<run>/<corpus>/seed<k>/ and resume after a kill with the same result
 (``signclust.models.checkpoint``); a finished fit removes its checkpoint.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -32,6 +36,7 @@ from signclust.data.corpus import Corpus
 from signclust.distances.provider import load_knn, open_distances
 from signclust.errors import UserError, cli_main
 from signclust.models.base import FitContext, get_clusterer, save_result
+from signclust.progress import status
 
 
 RUN_KEYS = ("method", "preset", "params_file", "params")
@@ -110,6 +115,64 @@ def check_seeds(seeds) -> list[int]:
     return seeds
 
 
+def config_hash(method: str, params: dict, preset: str | None) -> str:
+    """Short fingerprint of a configuration: two runs with different parameters never share it
+    (an MLflow tag and info.json field, so configurations can be told apart and grouped)."""
+    blob = json.dumps({"method": method, "preset": preset or "", "params": params}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+
+def write_history(records: list[dict], path: Path) -> Path | None:
+    """Per-epoch records (``epoch`` + the numbers the method logged) as CSV: what ``dvc plots``
+    draws. None (no file) for methods without epochs."""
+    import pandas as pd
+
+    from signclust.io import atomic_path
+    rows = {}
+    for rec in records:
+        if "epoch" in rec:
+            rows[int(rec["epoch"])] = {k: v for k, v in rec.items()
+                                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if not rows:
+        return None
+    frame = pd.DataFrame([rows[e] for e in sorted(rows)])
+    frame["epoch"] = frame["epoch"].astype(int)
+    frame = frame[["epoch"] + [c for c in frame.columns if c != "epoch"]]
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return path
+
+
+def read_history(path: Path) -> list[dict]:
+    """The records of a history.csv ([] when there is none)."""
+    import pandas as pd
+    if not Path(path).is_file():
+        return []
+    frame = pd.read_csv(path)
+    return [{k: v for k, v in rec.items() if pd.notna(v)} for rec in frame.to_dict("records")]
+
+
+def _history(info: dict, logged: list[dict]) -> list[dict]:
+    """The fit's full per-epoch history when the method returns one (``info["history"]``), else
+    what it logged through FitContext.log_metrics during this process (a resumed fit logs only the
+    epochs it ran)."""
+    own = info.get("history")
+    if isinstance(own, list) and all(isinstance(r, dict) and "epoch" in r for r in own) and len(own) >= len(logged):
+        return own
+    return logged
+
+
+def final_scores(corpus: Corpus, labels) -> dict:
+    """Native scores against the gold labels (empty without labels): logged on the train run so
+    that `mlflow ui` compares configurations by V-measure in the train experiment itself."""
+    if not corpus.has_labels:
+        return {}
+    from signclust.evaluation.metrics import score
+    s = score(corpus.labels(), labels)
+    return {k: s[k] for k in ("v_measure", "homogeneity", "completeness", "nmi", "ari", "acc", "purity",
+                              "k_true") if k in s}
+
+
 def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpus_dir: Path,
           dist_dir: Path | None, out_root: Path, ckpt_root: Path | None, progress: bool = True,
           experiment: str = "train") -> list[dict]:
@@ -133,28 +196,56 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
         clusterer = get_clusterer(method, **cfg)
         if clusterer.needs_k and not k_true:
             raise UserError(f"{method} needs the number of types, but corpus '{corpus_name}' has no labels")
-        with tracking.run(experiment, f"{run_name}/{corpus_name}/seed{seed}",
-                          tags={"method": method, "run": run_name, "corpus": corpus_name}) as mlrun:
-            # the effective configuration: every resolved parameter, class defaults included
+        chash = config_hash(method, clusterer.params, preset)
+        ckpt_dir = ckpt_root / run_name / corpus_name / f"seed{seed}" if ckpt_root else None
+        had_checkpoint = bool(ckpt_dir and ckpt_dir.is_dir() and any(ckpt_dir.iterdir()))
+        label = f"{run_name}/{corpus_name}/seed{seed}"
+        with tracking.run(experiment, label, tags={"method": method, "run": run_name, "corpus": corpus_name,
+                                                   "seed": seed, "config": chash}) as mlrun:
             mlrun.log_params({"method": method, "preset": preset or "", "corpus": corpus_name, "seed": seed,
                               "device": device, **clusterer.params})
-            ckpt_dir = ckpt_root / run_name / corpus_name / f"seed{seed}" if ckpt_root else None
+            logged: list[dict] = []
+
+            def log_epoch(metrics: dict, step: int) -> None:
+                logged.append({"epoch": int(step), **metrics})
+                mlrun.log_metrics(metrics, step)
+
             ctx = FitContext(seed=seed, n_clusters=k_true if clusterer.needs_k else None, device=device,
-                             distances=distances, knn=knn, progress=progress,
-                             log_metrics=mlrun.log_metrics,
+                             distances=distances, knn=knn, progress=progress, log_metrics=log_epoch,
                              checkpoint_dir=str(ckpt_dir) if ckpt_dir else None)
+            k_note = f", K {ctx.n_clusters}" if ctx.n_clusters else ""
             t0 = time.time()
-            result = fit_with_checkpoints(clusterer, corpus, ctx)
+            with status(f"{label}: {method} on {corpus.n_tokens} tokens{k_note}", enabled=progress) as st:
+                result = fit_with_checkpoints(clusterer, corpus, ctx)
+                st.done(f"K found {result.k_found}")
             seconds = time.time() - t0
+            # resumed: the fit found its checkpoint and did not start at epoch 1 (a finished
+            # checkpoint logs no epoch at all); a method may say so itself in info
+            first = logged[0]["epoch"] if logged else None
+            resumed_from = result.info.get("resumed_from_epoch")
+            if resumed_from is None and had_checkpoint and (first is None or first > 1):
+                resumed_from = (first - 1) if first is not None else result.info.get("epochs", "end")
+            resumed = bool(resumed_from)
             folder = out_root / run_name / corpus_name / f"seed{seed}"
+            previous = read_history(folder / "history.csv") if resumed else []
             save_result(result, folder, {"method": method, "run": run_name, "preset": preset, "seed": seed,
-                                         "corpus": corpus_name, "seconds": seconds, "params": clusterer.params})
+                                         "corpus": corpus_name, "seconds": seconds, "params": clusterer.params,
+                                         "config_hash": chash, "resumed": resumed,
+                                         "mlflow_run_id": mlrun.run_id})
             if ckpt_dir is not None:
                 _prune_empty(ckpt_dir, ckpt_root.parent)
-            mlrun.log_metrics({"seconds": seconds, "k_found": result.k_found})
-            mlrun.log_artifact(folder / "assignment.csv")
-        print(f"{run_name}/{corpus_name}/seed{seed}: K found {result.k_found}, {seconds:.1f}s -> {folder}")
-        summaries.append({"seed": seed, "k_found": result.k_found, "seconds": seconds})
+            records = previous + _history(result.info, logged)   # a resumed fit keeps the epochs it resumed
+            history = write_history(records, folder / "history.csv")
+            scores = final_scores(corpus, result.labels)
+            mlrun.set_tags({"resumed": str(resumed).lower(), "history": "yes" if history else "no",
+                            **({"resumed_from_epoch": resumed_from} if resumed else {})})
+            mlrun.log_metrics({"seconds": seconds, "k_found": result.k_found, **scores})
+            mlrun.log_artifacts(folder, "run")       # SignClusterer.load("runs:/<id>/run") reads it back
+        v = f", V {scores['v_measure']:.3f}" if "v_measure" in scores else ""
+        print(f"{label}: K found {result.k_found}{v}, {seconds:.1f}s"
+              + (f" (resumed from epoch {resumed_from})" if resumed else "") + f" -> {folder}")
+        summaries.append({"seed": seed, "k_found": result.k_found, "seconds": seconds, "resumed": resumed,
+                          "mlflow_run_id": mlrun.run_id})
     return summaries
 
 

@@ -1,15 +1,19 @@
 """The sign inventory of one clustering: what an epigrapher looks at first.
 
-    python -m signclust.reports.inventory kmeans cypriot --seed 0
+    signclust inventory lm cypriot --seed 0        # = python -m signclust.reports.inventory ...
 
-For each found type, largest first: an exemplar (the medoid of its members by mean L1),
-its token count and a strip of members drawn from as many hands as possible. With gold
-labels also its majority sign and purity (impure types marked red), the gold signs split
-over several found types and the found types that merge several gold signs.
+For each found type: an exemplar (the medoid of its members by mean L1), its token count and a
+strip of members drawn from as many hands as possible; with gold labels also its majority sign,
+its purity (a bar: green at or above ``impure_below``, amber below, red below 0.5) and the other
+signs it holds, plus the gold signs split over several found types and the found types that merge
+several gold signs.
 
-Writes reports/inventory/<method>_<corpus>.html (self-contained: images inlined as
-base64 PNG, inline CSS, no scripts) and reports/inventory/<method>_<corpus>.png (a sheet
-of the largest types; the number shown is capped, the title says so).
+Writes reports/inventory/<method>_<corpus>.html, one self-contained interactive page (inline
+data, CSS and script, no network; see reports/inventory_assets.py): sort by size, purity or gold
+sign, search a gold label, filter the impure types, click a type to see every member at full size
+with its text and position; the split/merge lists link to the types. Every token image is its
+own small PNG (4-bit grey), stored once per distinct image. Prints readably (print CSS). Also
+reports/inventory/<method>_<corpus>.png, a sheet of the largest types (capped, the title says so).
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from signclust.errors import UserError, cli_main
 from signclust.evaluation.metrics import score
 from signclust.io import atomic_path, atomic_write_text
 from signclust.models.base import load_result
+from signclust.progress import status
 
 DEFAULTS = {
     "strip": 12,            # member images shown per type
@@ -37,8 +42,14 @@ DEFAULTS = {
     "min_share": 0.1,       # a sign/type counts in a split/merge when it holds >= this share
     "sheet_rows": 60,       # types drawn on the PNG sheet (the HTML lists all)
 }
-RED = (200, 30, 30)
 FRAME = (201, 195, 181)
+LEVELS = {"ok": "#2f7d6d", "mid": "#c98b1c", "low": "#b8412f"}   # purity >= impure_below / >= 0.5 / below
+
+
+def purity_level(purity: float | None, impure_below: float) -> str | None:
+    if purity is None:
+        return None
+    return "ok" if purity >= impure_below else ("mid" if purity >= 0.5 else "low")
 
 
 @dataclass
@@ -148,46 +159,22 @@ def png_data_uri(gray: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def strip_image(images: np.ndarray, gap: int = 4) -> np.ndarray:
-    """Images side by side on white, one PNG per strip instead of one per token."""
-    h, w = images.shape[1:]
-    out = np.full((h, max(1, len(images) * (w + gap) - gap)), 255, dtype=np.uint8)
-    for i, img in enumerate(images):
-        out[:, i * (w + gap):i * (w + gap) + w] = display(img)
-    return out
+def png_b64(gray: np.ndarray, levels: int = 16, floor: int = 40) -> str:
+    """A token image for the page: base64 of a 4-bit grey PNG, dark ink on light. Ink below
+    ``floor`` (of 255) is treated as paper (faint background noise) and the ink is shown at
+    ``levels`` grey levels: a third of the bytes of the 8-bit image, the same glyph to the eye."""
+    from PIL import Image
+    ink = np.asarray(gray, dtype=np.uint8)
+    ink = np.where(ink < floor, 0, ink).astype(np.uint16)
+    q = ((levels - 1) - (ink * (levels - 1) + 127) // 255).astype(np.uint8)       # 0 = black ink
+    im = Image.frombytes("P", (q.shape[1], q.shape[0]), q.tobytes())
+    im.putpalette([int(round(v * 255 / (levels - 1))) for i in range(levels) for v in (i, i, i)])
+    buf = io.BytesIO()
+    im.save(buf, format="PNG", optimize=True, bits=4)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 # -- HTML ------------------------------------------------------------------------------------------
-
-CSS = """
-body { font: 15px/1.45 "Source Sans 3", "Segoe UI", Helvetica, Arial, sans-serif; color: #1d232b;
-       background: #fbfaf7; margin: 0 auto; max-width: 1280px; padding: 1.5rem 2rem 4rem; }
-h1 { font-size: 1.6rem; margin: 0 0 .4rem; font-weight: 600; }
-h2 { font-size: 1.2rem; margin: 2.2rem 0 .6rem; border-bottom: 1px solid #ddd8cc; padding-bottom: .2rem; }
-.summary { display: flex; flex-wrap: wrap; gap: .5rem 2rem; margin: .8rem 0; }
-.summary div { display: flex; flex-direction: column; }
-.summary b { font-size: 1.35rem; font-variant-numeric: tabular-nums; }
-.summary span { color: #6b6558; font-size: .8rem; text-transform: uppercase; letter-spacing: .04em; }
-.note { color: #6b6558; font-size: .88rem; max-width: 70rem; }
-nav a { margin-right: 1.2rem; color: #35608d; }
-table { border-collapse: collapse; width: 100%; }
-th { text-align: left; font-weight: 600; font-size: .8rem; color: #6b6558; text-transform: uppercase;
-     letter-spacing: .04em; border-bottom: 2px solid #ddd8cc; padding: .3rem .5rem; }
-td { padding: .35rem .5rem; border-bottom: 1px solid #ece8de; vertical-align: middle; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.type td:first-child { border-left: 4px solid transparent; }
-tr.impure td:first-child { border-left-color: #c81e1e; }
-tr.impure { background: #fdf1ef; }
-img.ex { width: 64px; height: 64px; border: 2px solid #c9c3b5; background: #fff; border-radius: 3px; }
-tr.impure img.ex { border-color: #c81e1e; }
-img.strip { height: 44px; }
-.badge { display: inline-block; background: #c81e1e; color: #fff; font-size: .7rem; font-weight: 600;
-         padding: .05rem .4rem; border-radius: .6rem; margin-left: .4rem; letter-spacing: .03em; }
-.sign { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: .92rem; }
-.comp { color: #6b6558; font-size: .82rem; }
-a.t { color: #35608d; text-decoration: none; font-variant-numeric: tabular-nums; }
-"""
-
 
 def _esc(x) -> str:
     return html.escape(str(x))
@@ -195,26 +182,6 @@ def _esc(x) -> str:
 
 def _type_link(type_id: int) -> str:
     return f'<a class="t" href="#t{type_id}">type {type_id}</a>'
-
-
-def type_row(rank: int, t: FoundType, images: np.ndarray, cfg: dict, gold: bool) -> str:
-    impure = gold and t.purity < cfg["impure_below"]
-    badge = '<span class="badge">impure</span>' if impure else ""
-    cells = [f'<td class="num">{rank}</td>',
-             f'<td id="t{t.type_id}">type {t.type_id}{badge}</td>',
-             f'<td><img class="ex" alt="exemplar of type {t.type_id}" '
-             f'src="{png_data_uri(display(images[t.exemplar]))}"></td>',
-             f'<td class="num">{t.size}</td>']
-    if gold:
-        comp = ", ".join(f"{_esc(s)}&nbsp;{n}" for s, n in t.composition[1:4])
-        more = f" +{len(t.composition) - 4} more" if len(t.composition) > 4 else ""
-        cells += [f'<td class="sign">{_esc(t.majority)}</td>', f'<td class="num">{t.purity:.2f}</td>',
-                  f'<td class="comp">{comp}{more}</td>']
-    strip = (f'<img class="strip" alt="members" src="{png_data_uri(strip_image(images[t.strip]))}">'
-             if t.strip else "")
-    cells.append(f"<td>{strip}</td>")
-    cls = "type impure" if impure else "type"
-    return f'<tr class="{cls}">' + "".join(cells) + "</tr>"
 
 
 def split_table(items: list[dict]) -> str:
@@ -225,10 +192,11 @@ def split_table(items: list[dict]) -> str:
         found = ", ".join(f"{_type_link(t)}&nbsp;({n})" for t, n in s["types"])
         if s["elsewhere"]:
             found += f' <span class="comp">+{s["elsewhere"]} in {s["elsewhere_types"]} other type(s)</span>'
-        rows.append(f'<tr><td class="sign">{_esc(s["sign"])}</td><td class="num">{s["tokens"]}</td>'
-                    f"<td>{found}</td></tr>")
-    return ("<table><tr><th>gold sign</th><th>tokens</th><th>found types (tokens)</th></tr>"
-            + "".join(rows) + "</table>")
+        rows.append(f'<tr><td class="sign"><a href="#types" data-search="{_esc(s["sign"])}" '
+                    f'title="show the types holding this sign">{_esc(s["sign"])}</a></td>'
+                    f'<td class="num">{s["tokens"]}</td><td>{found}</td></tr>')
+    return ('<table class="lists"><thead><tr><th>gold sign</th><th>tokens</th><th>found types (tokens)</th></tr>'
+            "</thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
 def merge_table(items: list[dict]) -> str:
@@ -241,8 +209,8 @@ def merge_table(items: list[dict]) -> str:
             signs += f' <span class="comp">+{m["elsewhere"]} other</span>'
         rows.append(f'<tr><td>{_type_link(m["type"])}</td><td class="num">{m["tokens"]}</td>'
                     f"<td>{signs}</td></tr>")
-    return ("<table><tr><th>found type</th><th>tokens</th><th>gold signs (tokens)</th></tr>"
-            + "".join(rows) + "</table>")
+    return ('<table class="lists"><thead><tr><th>found type</th><th>tokens</th><th>gold signs (tokens)</th></tr>'
+            "</thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
 def summary_items(corpus: Corpus, labels: np.ndarray, types: list[FoundType], names: dict, cfg: dict):
@@ -252,35 +220,91 @@ def summary_items(corpus: Corpus, labels: np.ndarray, types: list[FoundType], na
         s = score(corpus.labels(), labels)
         n_impure = sum(t.purity < cfg["impure_below"] for t in types)
         items += [("K found / K true", f"{s['k_found']} / {s['k_true']}"), ("V-measure", f"{s['v_measure']:.3f}"),
-                  ("purity", f"{s['purity']:.3f}"), ("ACC", f"{s['acc']:.3f}"), ("impure types", n_impure)]
+                  ("purity", f"{s['purity']:.3f}"), ("ACC", f"{s['acc']:.3f}"),
+                  (f"types below purity {cfg['impure_below']:.2f}", f"{n_impure} of {len(types)}")]
     else:
         items += [("K found", len(types)), ("gold labels", "none")]
     return items
 
 
-def render_html(corpus: Corpus, labels: np.ndarray, types: list[FoundType], names: dict, cfg: dict) -> str:
+def _codes(values) -> tuple[list[str], list[int]]:
+    uniq, inverse = np.unique(np.asarray(values, dtype=str), return_inverse=True)
+    return [str(u) for u in uniq], inverse.astype(int).tolist()
+
+
+def page_data(corpus: Corpus, labels: np.ndarray, types: list[FoundType], cfg: dict) -> dict:
+    """Everything the page's script renders: per type its members (token ids), per token its
+    image (an index into the deduplicated images: tokens sharing an image share one PNG), text id,
+    position, gold sign and hand, columnar to keep the file small."""
+    tok = corpus.tokens
     gold = corpus.has_labels
-    images = corpus.token_images()
+    used, image_of_token = np.unique(corpus.image_index(), return_inverse=True)   # only images in use
+    texts, text_code = _codes(tok["text_id"].astype(str))
+    hands_raw = tok["hand"].astype(str).to_numpy()
+    hands, hand_code = _codes(hands_raw)
+    hand_code = [c if h != "" else -1 for c, h in zip(hand_code, hands_raw)]
+    tokens = {"img": image_of_token.astype(int).tolist(), "text": text_code,
+              "pos": tok["position"].astype(int).tolist(), "hand": hand_code}
+    data = {"gold": gold, "impure_below": float(cfg["impure_below"]), "strip": int(cfg["strip"]),
+            "texts": texts, "hands": hands, "labels": [], "tokens": tokens,
+            "images": [png_b64(corpus.images[i]) for i in used]}
+    if gold:
+        data["labels"], tokens["gold"] = _codes(tok["label"].astype(str))
+    data["types"] = [{"id": t.type_id, "size": t.size, "exemplar": int(t.exemplar),
+                      "strip": [int(k) for k in t.strip], "members": t.members.astype(int).tolist(),
+                      "majority": t.majority, "purity": None if t.purity is None else round(float(t.purity), 4),
+                      "comp": [[s, n] for s, n in t.composition]} for t in types]
+    return data
+
+
+def render_html(corpus: Corpus, labels: np.ndarray, types: list[FoundType], names: dict, cfg: dict) -> str:
+    """One self-contained page (inline data, CSS and script; no network): sortable, searchable
+    table of the found types, a panel with every member of a type, split and merge lists."""
+    import json
+
+    from signclust.reports.inventory_assets import CSS, JS
+    gold = corpus.has_labels
     title = f"Sign inventory: {names['corpus']} by {names['method']}"
     summary = "".join(f"<div><b>{_esc(v)}</b><span>{_esc(k)}</span></div>"
                       for k, v in summary_items(corpus, labels, types, names, cfg))
     head = ["#", "type", "exemplar", "tokens"] + (["majority sign", "purity", "also"] if gold else []) + \
         [f"members (up to {cfg['strip']}, across hands)"]
-    rows = "".join(type_row(i, t, images, cfg, gold) for i, t in enumerate(types, start=1))
+    payload = json.dumps(page_data(corpus, labels, types, cfg), ensure_ascii=False, separators=(",", ":"))
+    payload = payload.replace("</", "<\\/")         # never close the script element early
+    example = types[0].majority if gold and types else ""
+    sorts = [("size", "size, largest first"), ("size_asc", "size, smallest first")]
+    if gold:
+        sorts += [("purity", "purity, lowest first"), ("purity_desc", "purity, highest first"),
+                  ("sign", "majority gold sign")]
+    sorts += [("id", "type id")]
+    controls = (
+        '<div class="controls" role="search">'
+        '<label>sort <select id="sort">' + "".join(f'<option value="{k}">{v}</option>' for k, v in sorts)
+        + "</select></label>"
+        + (f'<label>gold sign <input id="q" type="search" placeholder="a gold label, e.g. {_esc(example)} or '
+           f'&quot;{_esc(example)}&quot; (exact)"></label>'
+           f'<label><input id="low" type="checkbox"> only types below purity {cfg["impure_below"]:.2f}</label>'
+           if gold else '<input id="q" type="hidden" value="">')
+        + '<span id="shown"></span></div>')
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_esc(title)}</title><style>{CSS}</style></head><body>",
         f"<header><h1>{_esc(title)}</h1><div class=\"summary\">{summary}</div>",
-        '<p class="note">Found types, largest first. Exemplar: the medoid of the type\'s members by mean '
-        f"L1 pixel distance (on at most {cfg['medoid_sample']} members). Members are drawn from as many "
-        "hands (else texts) as possible."
-        + (f" Purity: share of the majority gold sign; below {cfg['impure_below']:.2f} the row is marked "
-           "<span class=\"badge\">impure</span>. Splits and merges count a sign or type holding at least "
+        '<p class="note">Found types, largest first. Click a type to see all its members at full size with '
+        "their text and position. Exemplar: the medoid of the type's members by mean L1 pixel distance (on at "
+        f"most {cfg['medoid_sample']} members); the strip shows members from as many hands (else texts) as "
+        "possible. Token images are shown at 16 grey levels."
+        + (" Purity: share of the majority gold sign, drawn as a bar; below "
+           f"{cfg['impure_below']:.2f} it is marked <span class=\"tag mid\">impure</span>, below 0.50 "
+           "<span class=\"tag low\">mixed</span>. Splits and merges count a sign or type holding at least "
            f"{cfg['min_share']:.0%} of the tokens." if gold else "") + "</p>",
         '<nav><a href="#types">types</a>' + ('<a href="#splits">split signs</a><a href="#merges">merged types</a>'
                                              if gold else "") + "</nav></header>",
-        f'<section id="types"><h2>Found types ({len(types)})</h2><table><tr>'
-        + "".join(f"<th>{_esc(h)}</th>" for h in head) + f"</tr>{rows}</table></section>",
+        "<noscript><p><b>This inventory is drawn by its inline script; enable JavaScript, or see the PNG sheet "
+        "next to this file.</b></p></noscript>",
+        f'<section id="types"><h2>Found types ({len(types)})</h2>{controls}<table><thead><tr>'
+        + "".join(f"<th>{_esc(h)}</th>" for h in head) + "</tr></thead><tbody></tbody></table></section>",
     ]
     if gold:
         split_items = splits(corpus, labels, cfg["min_share"])
@@ -289,21 +313,24 @@ def render_html(corpus: Corpus, labels: np.ndarray, types: list[FoundType], name
                   + split_table(split_items) + "</section>",
                   f'<section id="merges"><h2>Found types merging several gold signs ({len(merge_items)})</h2>'
                   + merge_table(merge_items) + "</section>"]
-    parts.append("</body></html>")
+    parts += ['<div id="detail" role="dialog" aria-modal="true"><div class="panel"><header><h3></h3>'
+              '<span class="facts"></span><button class="close" title="close (Esc)">×</button></header>'
+              '<div class="body"></div></div></div>',
+              f'<script type="application/json" id="inventory-data">{payload}</script>',
+              f"<script>{JS}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
 
 
 # -- PNG sheet -------------------------------------------------------------------------------------
 
 def sheet_mosaic(images: np.ndarray, types: list[FoundType], cfg: dict, gold: bool) -> np.ndarray:
-    """RGB mosaic: per row the exemplar (red frame when impure), a gap, then the member strip."""
+    """RGB mosaic: per row the exemplar (framed), a gap, then the member strip."""
     h, w = images.shape[1:]
     cell, gap, n_strip = max(h, w) + 6, 14, int(cfg["strip"])
     out = np.full((len(types) * cell, cell * (n_strip + 1) + gap, 3), 255, dtype=np.uint8)
     for row, t in enumerate(types):
         y = row * cell + 3
-        # frame the exemplar: red when impure, light grey otherwise (sets it apart from the strip)
-        out[y - 3:y + h + 3, 0:w + 6] = RED if gold and t.purity < cfg["impure_below"] else FRAME
+        out[y - 3:y + h + 3, 0:w + 6] = FRAME        # sets the exemplar apart from the strip
         out[y:y + h, 3:3 + w, :] = display(images[t.exemplar])[..., None]
         for col, token in enumerate(t.strip[:n_strip]):
             x = cell * (col + 1) + gap + 3
@@ -322,27 +349,33 @@ def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], nam
     images = corpus.token_images()
     mosaic = sheet_mosaic(images, shown, cfg, gold)
     cell = mosaic.shape[0] // max(1, len(shown))
-    text_px, dpi = 230, 100
+    text_px, dpi = 300 if gold else 230, 100
     fig = plt.figure(figsize=((mosaic.shape[1] + text_px + 20) / dpi, (mosaic.shape[0] + 90) / dpi), dpi=dpi)
     ax = fig.add_axes([text_px / (mosaic.shape[1] + text_px + 20), 10 / (mosaic.shape[0] + 90),
                        mosaic.shape[1] / (mosaic.shape[1] + text_px + 20), mosaic.shape[0] / (mosaic.shape[0] + 90)])
     ax.imshow(mosaic, interpolation="nearest")
     ax.axis("off")
+    from matplotlib.patches import Rectangle
+    bar_w = 60
     for row, t in enumerate(shown):
         line = f"#{row + 1}  type {t.type_id}  n={t.size}"
         if gold:
             line += f"\n{t.majority[:16]}  purity {t.purity:.2f}"
-        impure = gold and t.purity < cfg["impure_below"]
-        ax.text(-10, row * cell + cell / 2, line, ha="right", va="center", fontsize=8,
-                color="#c81e1e" if impure else "#1d232b", fontweight="bold" if impure else "normal")
+        ax.text(-10 - (bar_w + 8 if gold else 0), row * cell + cell / 2, line, ha="right", va="center", fontsize=8,
+                color="#1d232b")
+        if gold:       # a purity bar, coloured by level, instead of painting impure rows red
+            y0 = row * cell + cell / 2 - 3
+            ax.add_patch(Rectangle((-10 - bar_w, y0), bar_w, 6, facecolor="#e4dfd3", edgecolor="none", clip_on=False))
+            ax.add_patch(Rectangle((-10 - bar_w, y0), bar_w * t.purity, 6, clip_on=False, edgecolor="none",
+                                   facecolor=LEVELS[purity_level(t.purity, cfg["impure_below"])]))
     head = f"Sign inventory: {names['corpus']} by {names['method']} (seed {names['seed']})"
     if gold:
         s = score(corpus.labels(), labels)
         head += f" — K found {s['k_found']} vs K true {s['k_true']}, V-measure {s['v_measure']:.3f}"
     sub = (f"largest {len(shown)} of {len(types)} found types shown" if len(shown) < len(types)
            else f"all {len(types)} found types")
-    sub += "; exemplar (medoid) then members across hands" + ("; red = purity < %.2f" % cfg["impure_below"]
-                                                               if gold else "")
+    sub += "; exemplar (medoid) then members across hands" + (
+        f"; bar = purity (green >= {cfg['impure_below']:.2f}, amber >= 0.50, red below)" if gold else "")
     fig.text(0.01, 1 - 28 / fig.bbox.height, head, fontsize=11, fontweight="bold", va="center")
     fig.text(0.01, 1 - 56 / fig.bbox.height, sub, fontsize=9, color="#555", va="center")
     with atomic_path(path) as tmp:
@@ -382,10 +415,18 @@ def main(argv=None):
     args = ap.parse_args(argv)
     corpus = Corpus.load(args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus)
     run_dir = Path(args.run_dir or REPO_ROOT / "models" / "runs" / args.method / args.corpus / f"seed{args.seed}")
+    if not run_dir.is_dir():
+        from signclust.evaluation.evaluate import missing_run_message, seed_folders
+        seeds = [f"seed{k}" for k, _ in seed_folders(run_dir.parent)]
+        raise UserError(f"no run folder {run_dir}; seeds trained: {', '.join(seeds)}" if seeds
+                        else missing_run_message(run_dir.parent))
     result = load_result(run_dir)
     names = {"method": args.method, "corpus": args.corpus, "seed": args.seed}
-    paths = write_inventory(corpus, result.labels, Path(args.out_dir or REPO_ROOT / "reports" / "inventory"),
-                            names, config())
+    with status(f"inventory {args.method}/{args.corpus}: {corpus.n_tokens} tokens, "
+                f"{len(np.unique(result.labels))} types") as st:
+        paths = write_inventory(corpus, result.labels, Path(args.out_dir or REPO_ROOT / "reports" / "inventory"),
+                                names, config())
+        st.done(f"{paths[0].stat().st_size / 1e6:.1f} MB page")
     print("inventory -> " + ", ".join(map(str, paths)))
 
 
