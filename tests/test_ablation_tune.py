@@ -24,17 +24,17 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def tiny_params(**tune_overrides) -> dict:
     """The repository's params.yaml with small `ablation` and `tune` sections for tests."""
     params = load_params()
-    params["ablation"] = {"run": "lm", "seeds": [0], "epochs": 2, "reference": "default",
+    params["ablation"] = {"run": "lm_v1", "seeds": [0], "epochs": 2, "reference": "default",
                           "variants": {"default": {}, "no_lm": {"set": {"w_lm": 0.0}},
                                        "hom_x3": {"scale": {"w_hom": 3.0}}, "seed": {"preset": "seed"}}}
     params["tune"] = {
         "trials": 3, "workers": 2, "objective": "supervised", "fit_seed": 0, "sampler_seed": 0,
         "pruner": {"type": "none"}, "heartbeat_s": 5, "grace_s": 20, "max_retry": 1, "report_seeds": [0],
         "unsupervised": {"lm_weight": 1.0, "hom_weight": 1.0, "folds": 3, "alpha": 0.1},
-        "intermediate": {"lm": ["lm", "-entropy", "hom"]},
+        "intermediate": {"lm_gradient": ["lm", "-entropy", "hom"]},
         # a random init makes the assignment (and so V and U) differ from trial to trial
-        "fixed": {"lm": {"epochs": 2, "init": "random", "tie": "image", "init_threshold": 0.0}},
-        "spaces": {"lm": {"s": {"low": 2, "high": 12}, "w_hom": {"low": 0.1, "high": 10.0, "log": True},
+        "fixed": {"lm_gradient": {"epochs": 2, "init": "random", "tie": "image", "init_threshold": 0.0}},
+        "spaces": {"lm_gradient": {"s": {"low": 2, "high": 12}, "w_hom": {"low": 0.1, "high": 10.0, "log": True},
                           "hidden": {"choices": [8, 16]}}},
         **tune_overrides}
     return params
@@ -46,17 +46,17 @@ def test_variant_params_preset_set_scale():
     params = tiny_params()
     base = {"w_hom": 2.0, "epochs": 60, "s": 0}
     defaults = {"w_hom": 1.0, "w_lm": 1.0, "epochs": 60, "s": 0, "tie": "image"}
-    v = ablation.variant_params("x", {"scale": {"w_hom": 0.3}, "set": {"w_lm": 0.0}}, base, "lm", params,
+    v = ablation.variant_params("x", {"scale": {"w_hom": 0.3}, "set": {"w_lm": 0.0}}, base, "lm_gradient", params,
                                 defaults, epochs=5)
     assert v["w_hom"] == pytest.approx(0.6) and v["w_lm"] == 0.0 and v["epochs"] == 5
-    init_only = ablation.variant_params("init_only", {"set": {"epochs": 0}}, base, "lm", params, defaults, epochs=5)
+    init_only = ablation.variant_params("init_only", {"set": {"epochs": 0}}, base, "lm_gradient", params, defaults, epochs=5)
     assert init_only["epochs"] == 0
-    seed = ablation.variant_params("seed", {"preset": "seed"}, base, "lm", params, defaults, epochs=None)
+    seed = ablation.variant_params("seed", {"preset": "seed"}, base, "lm_gradient", params, defaults, epochs=None)
     assert seed["tie"] == "token" and seed["s"] == 100 and seed["epochs"] == 60
     with pytest.raises(UserError):
-        ablation.variant_params("bad", {"preset": "nope"}, base, "lm", params, defaults, None)
+        ablation.variant_params("bad", {"preset": "nope"}, base, "lm_gradient", params, defaults, None)
     with pytest.raises(UserError):
-        ablation.variant_params("bad", {"scale": {"tie": 2}}, base, "lm", params, defaults, None)
+        ablation.variant_params("bad", {"scale": {"tie": 2}}, base, "lm_gradient", params, defaults, None)
     bad = tiny_params()
     bad["ablation"]["variants"]["typo"] = {"sett": {"w_lm": 0}}
     with pytest.raises(UserError, match="unknown key"):
@@ -124,9 +124,9 @@ def test_mlflow_parent_and_nested_runs(tiny_corpus, tmp_path, mlflow_tmp):
     # tune: the objective as a worker runs it, in-process, against an in-memory study
     cfg = tune_study.tune_config(params)
     study = optuna.create_study(direction="maximize")
-    parent_id = mlflow_runs.open_parent_run(study, "s", {"method": "lm"})
+    parent_id = mlflow_runs.open_parent_run(study, "s", {"method": "lm_gradient"})
     data = label_free.CorpusData(corpus, "tiny")
-    study.optimize(objective.Objective("lm", params, cfg, data, "supervised", "s", parent_id), n_trials=1)
+    study.optimize(objective.Objective("lm_gradient", params, cfg, data, "supervised", "s", parent_id), n_trials=1)
     exp = client.get_experiment_by_name("tune")
     trials = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_name == "s/trial0000"]
     assert trials and trials[0].data.tags["mlflow.parentRunId"] == parent_id
@@ -171,7 +171,7 @@ def test_suggest_space_and_shares():
 
 def _tune_cli(params_file, storage, corpus_dir, tmp_path, *extra):
     env = dict(os.environ, SIGNCLUST_PARAMS=str(params_file), SIGNCLUST_MLFLOW="0")
-    cmd = [sys.executable, "-m", "signclust.tuning.tune", "--study", "t", "--method", "lm", "--corpus", "tiny",
+    cmd = [sys.executable, "-m", "signclust.tuning.tune", "--study", "t", "--method", "lm_gradient", "--corpus", "tiny",
            "--corpus-dir", str(corpus_dir), "--storage", storage, "--reports", str(tmp_path / "reports"),
            "--params-out", str(tmp_path / "tuned_lm.yaml"), *map(str, extra)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -200,8 +200,8 @@ def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
     for name in ("tune_t_history.png", "tune_t_importance.png"):
         assert (tmp_path / "reports" / "figures" / name).read_bytes()[:8] == PNG
     tuned = yaml.safe_load((tmp_path / "tuned_lm.yaml").read_text())
-    assert set(study.best_params) <= set(tuned["lm"]) and tuned["lm"]["epochs"] == 2
-    assert tuned["lm"]["s"] == study.best_params["s"]
+    assert set(study.best_params) <= set(tuned["lm_gradient"]) and tuned["lm_gradient"]["epochs"] == 2
+    assert tuned["lm_gradient"]["s"] == study.best_params["s"]
 
     # the same budget again: nothing to do; a larger one adds only the missing trials
     again = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 3, "--workers", 2)
@@ -225,7 +225,7 @@ def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
     assert set(summary["transfer"]) >= {"tuned", "configured"} and summary["transfer"]["seeds"] == [0]
     assert summary["transfer"]["configs"]["tuned"]["s"] == study.best_params["s"]
     side_by_side = (tmp_path / "reports" / "tune_comparison.md").read_text()
-    assert "| lm | [t](tune_t.md) | 4 (4 / 0) | tiny |" in side_by_side
+    assert "| lm_gradient | [t](tune_t.md) | 4 (4 / 0) | tiny |" in side_by_side
     assert f"{summary['transfer']['tuned']['mean']['v_measure']:.3f}" in side_by_side
     reused = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 4, *transfer)
     assert reused.returncode == 0 and "reusing it" in reused.stdout and "transfer tuned" not in reused.stdout
@@ -238,7 +238,7 @@ def test_tune_refuses_report_on_the_tuning_corpus(tmp_path, monkeypatch, tiny_co
     monkeypatch.setattr(sc_config, "PARAMS_FILE", params_file)
     corpus_dir = saved_corpus(tiny_corpus(), "tiny")
     with pytest.raises(SystemExit) as exit_info:
-        tune.main(["--method", "lm", "--corpus", "tiny", "--corpus-dir", str(corpus_dir), "--report-on", "tiny",
+        tune.main(["--method", "lm_gradient", "--corpus", "tiny", "--corpus-dir", str(corpus_dir), "--report-on", "tiny",
                    "--storage", f"sqlite:///{tmp_path / 'o.db'}"])
     assert exit_info.value.code == 2
     with pytest.raises(SystemExit):

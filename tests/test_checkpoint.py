@@ -220,12 +220,13 @@ def test_train_stage_checkpoints_under_out_and_cleans_up(corpus, saved_corpus, t
 
 
 def test_legacy_checkpointing_class_gets_a_content_keyed_folder(tiny_corpus, saved_corpus, tmp_path, capsys):
-    """A class that checkpoints on its own (the LM clusterer until its rewrite) cannot resume another
-    fit: the train stage gives it a folder keyed by the content and removes other keys' folders."""
+    """A class that does not checkpoint epochs itself (our LM clusterer: a fit takes seconds) cannot
+    resume another fit: the train stage gives it a folder keyed by the content and removes other
+    keys' folders."""
     from signclust.models import train as train_mod
     corpus = tiny_corpus(n_types=3, per_type=6, n_texts=3)
     folder = saved_corpus(corpus, "tiny")
-    params = {"train": {"device": "cpu"}, "runs": {"lm": {"method": "lm", "params": {"epochs": 2}}}, "models": {}}
+    params = {"train": {"device": "cpu"}, "runs": {"lm": {"method": "lm", "params": {"max_rounds": 2}}}, "models": {}}
     out = tmp_path / "out"
     stale = out / ".checkpoints" / "lm" / "tiny" / "seed0" / "fit-0123456789abcdef"
     stale.mkdir(parents=True)

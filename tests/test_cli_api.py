@@ -148,7 +148,7 @@ def test_api_defaults_are_the_shipped_configuration(tiny_corpus):
     assert SignClusterer("lm").resolved_config() == shipped                     # params.yaml runs.lm
     assert SignClusterer("lm", config=None).resolved_config() == LMSignClusterer.DEFAULTS
     assert SignClusterer("lm_seed").resolved_config()["tie"] == "token"          # a run name works too
-    assert SignClusterer("lm", epochs=3).resolved_config()["epochs"] == 3
+    assert SignClusterer("lm", context_beta=0.3).resolved_config()["context_beta"] == 0.3
     with pytest.raises(UserError, match="unknown method 'lmm'; methods: .*lm.*; runs of"):
         SignClusterer("lmm").resolved_config()
     images, texts, positions, gold = _arrays(tiny_corpus(per_type=6, n_texts=3))
@@ -158,10 +158,10 @@ def test_api_defaults_are_the_shipped_configuration(tiny_corpus):
         SignClusterer("ward", n_clusters=2).fit(images, texts, positions[:3])
 
 
-def test_api_lm_fit_few_epochs(tiny_corpus, one_torch_thread):
+def test_api_lm_fit(tiny_corpus, one_torch_thread):
     images, texts, positions, gold = _arrays(tiny_corpus(per_type=6, n_texts=3))
-    model = SignClusterer("lm", epochs=2, device="cpu").fit(images, texts, positions)
-    assert model.params_["epochs"] == 2 and model.config_source_.startswith("runs.lm of ")
+    model = SignClusterer("lm", context_beta=0.2, device="cpu").fit(images, texts, positions)
+    assert model.params_["context_beta"] == 0.2 and model.config_source_.startswith("runs.lm of ")
     assert model.labels_.shape == (24,) and model.embedding_.shape[0] == 24 and model.n_types_ >= 2
     assert "normalised glyphs" in model.predict_rule_
     assert (model.predict(images) == model.labels_).mean() > 0.8

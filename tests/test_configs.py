@@ -83,8 +83,12 @@ def test_rows_named_by_other_sections_exist():
         get_clusterer(method, **{**cfg, **(reduction.get("params") or {})})
     assert set(PARAMS["report"]["methods"]) <= runs
     dvc = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())
-    methods = next(v["methods"] for v in dvc["vars"] if "methods" in v)
-    assert set(methods) <= runs
+    trained = {r for name, stage in dvc["stages"].items() if name.startswith("train")
+               for r in stage["matrix"]["run"]}
+    evaluated = set(dvc["stages"]["evaluate"]["matrix"]["run"])
+    assert trained <= runs and evaluated == trained
+    suite = PARAMS["report"]["suite"]
+    assert set(suite["rows"]) <= evaluated and {suite["ours"], *suite["references"], *suite["deep"]} <= evaluated
     for claim in PARAMS["reproduce"]["claims"]:
         assert {claim[k] for k in ("a", "b", "run") if k in claim} <= runs
 
@@ -180,11 +184,15 @@ BAD = [
     ("kmeans", {"pca_dim": -1}, "kmeans.pca_dim: -1 is not allowed (expected a whole number >= 0)"),
     ("kmeans", {"pca_dims": 3}, r"kmeans: unknown parameter\(s\) pca_dims \(pca_dims: did you mean pca_dim\?\); "
                                 r"known: glyphs, n_init, n_iter, pca_dim"),
-    ("lm", {"epochs": "forty"}, "lm.epochs: 'forty' is not allowed"),
-    ("lm", {"epochs": 2.5}, "lm.epochs: 2.5 is not allowed"),
-    pytest.param("lm", {"epochs": -5}, "lm.epochs: -5 is not allowed",
-                 marks=pytest.mark.xfail(strict=True, reason="ranges come with the lm_clusterer.py rewrite "
-                                                             "(PARAMS); remove this mark then")),
+    ("lm_gradient", {"epochs": "forty"}, "lm_gradient.epochs: 'forty' is not allowed"),
+    ("lm_gradient", {"epochs": 2.5}, "lm_gradient.epochs: 2.5 is not allowed"),
+    ("lm_gradient", {"epochs": -5}, "lm_gradient.epochs: -5 is not allowed"),
+    ("lm_gradient", {"s": 1}, "lm_gradient.s: 1 is not allowed"),
+    ("lm", {"feature_dim": "forty"}, "lm.feature_dim: 'forty' is not allowed"),
+    ("lm", {"context_beta": 0}, "lm.context_beta: 0 is not allowed"),
+    ("lm", {"batch": 1.5}, "lm.batch: 1.5 is not allowed"),
+    ("lm", {"skeleton": 1}, "lm.skeleton: 1 is not allowed"),
+    ("lm", {"epochs": 40}, "lm: unknown parameter"),
 ]
 
 

@@ -113,8 +113,8 @@ def test_evaluate_stage_end_to_end(tmp_path):
         assert doc["mean"][key] == pytest.approx(np.mean(values), abs=1e-12)
         assert doc["std"][key] == pytest.approx(np.std(values, ddof=1), abs=1e-12)
     assert doc["per_seed"]["seed1"]["v_measure"] == pytest.approx(s1["v_measure"])
-    assert doc["mean"]["seconds"] == pytest.approx(2.0)
-    assert doc["std"]["seconds"] == pytest.approx(math.sqrt(2.0))
+    # wall times are run-to-run noise: they never reach a metrics file (a DVC dependency of the reports)
+    assert "seconds" not in doc["mean"] and "seconds" not in doc["per_seed"]["seed0"]
     # blobs: Ward recovers the classes at K_true for both seeds
     assert doc["mean"]["fixed_k_v_at_ktrue"] == pytest.approx(1.0)
     assert doc["embedding"] == {"dims": 70, "reduced_to": 12, "reduction": "pca"}   # 12 tokens bound PCA

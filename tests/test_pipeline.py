@@ -55,7 +55,15 @@ def test_train_writes_run_folders_that_evaluate_reads(tiny_corpus, saved_corpus,
     assert len(result.labels) == corpus.n_tokens
     assert result.k_found == 3                      # Ward was told K_true by the stage
     info = json.loads((out / "ward_raw" / "tiny" / "seed1" / "info.json").read_text())
-    assert info["method"] == "ward" and info["seed"] == 1 and info["seconds"] >= 0
+    assert info["method"] == "ward" and info["seed"] == 1
+    # run-to-run noise stays out of the run folder (a DVC output evaluate depends on): same bytes twice
+    assert not {"seconds", "wall_s", "mlflow_run_id", "resumed"} & set(info)
+    first = (out / "ward_raw" / "tiny" / "seed1" / "info.json").read_bytes()
+    train("ward_raw", "tiny", [1], PARAMS, corpus_dir=folder, dist_dir=None, out_root=out, ckpt_root=None,
+          progress=False)
+    assert (out / "ward_raw" / "tiny" / "seed1" / "info.json").read_bytes() == first
+    timing = json.loads((out / ".timings" / "ward_raw_tiny.json").read_text())
+    assert timing["per_seed"]["seed1"]["seconds"] >= 0 and timing["per_seed"]["seed1"]["resumed"] is False
     # the effective configuration: every resolved parameter, not only what params.yaml supplied
     assert info["params"] == {"pca_dim": 0, "glyphs": False}
     metrics = tmp_path / "m.json"
@@ -123,6 +131,8 @@ def test_train_logs_every_resolved_parameter_to_mlflow(tiny_corpus, saved_corpus
         def log_params(self, params): logged.update(params)
         def log_metrics(self, metrics, step=None): pass
         def log_artifact(self, path): pass
+        def log_artifacts(self, path, artifact_path=None): pass
+        def set_tags(self, tags): pass
 
     monkeypatch.setattr(train_mod.tracking, "run", lambda *a, **k: contextlib.nullcontext(Recorder()))
     folder = saved_corpus(tiny_corpus(n_types=3, per_type=6, n_texts=3), "tiny")

@@ -283,7 +283,10 @@ TRAIN_CASES = {
                                     "deepcluster.epochs: -5 is not allowed (expected a whole number >= 1)"),
     "deepcluster_lr_string": (lambda p: p["models"]["deepcluster"].update(lr="fast"), ["deepcluster"],
                               "deepcluster.lr: 'fast' is not allowed (expected a number > 0)"),
-    "lm_epochs_forty": (lambda p: p["models"]["lm"].update(epochs="forty"), ["lm"], "lm.epochs: 'forty' is not allowed"),
+    "lm_epochs_forty": (lambda p: p["runs"]["lm_v1"].update(params={"epochs": "forty"}), ["lm_v1"],
+                        "lm_gradient.epochs: 'forty' is not allowed"),
+    "lm_beta_zero": (lambda p: p["runs"]["lm"].update(params={"context_beta": 0}), ["lm"],
+                     "lm.context_beta: 0 is not allowed"),
     "row_param_unknown": (lambda p: p["runs"]["ward"].update(params={"pca": 3}), ["ward"],
                           "ward: unknown parameter(s) pca"),
     "seeds_negative": (lambda p: None, ["kmeans", "--seeds", "-1"], "seeds must be whole numbers from 0 to"),
@@ -342,7 +345,7 @@ def test_prepare_unknown_corpus_and_bad_out(tmp_path, capsys, monkeypatch):
     from signclust.data.prepare import main
     with pytest.raises(SystemExit) as exc:
         main(["atlantean"])
-    one_error_line(capsys, exc, "unknown built-in corpus 'atlantean'")
+    one_error_line(capsys, exc, "unknown corpus 'atlantean'")
     keep = _folder_with(tmp_path / "mine", "thesis.tex")
     with pytest.raises(SystemExit) as exc:
         main(["cypriot", "--out", str(keep), "--sheet", str(tmp_path / "s.png")])

@@ -36,21 +36,23 @@ def load_sequences(name: str, cfg: dict, seed: int):
     raise UserError(f"unknown built-in corpus '{name}'; known: {', '.join(BUILTIN)}")
 
 
-def known_names() -> list[str]:
-    """Every corpus this stage builds: the built-in ones, then the suite's <script>_<regime>."""
-    return list(BUILTIN) + suite.all_names()
+def known_names(params: dict) -> list[str]:
+    """Every corpus this stage builds: those of params.yaml ``prepare.corpora``, then the suite's
+    <script>_<regime>."""
+    return list(params.get("corpora") or {}) + suite.all_names()
 
 
-def check_name(name: str) -> None:
-    if name not in known_names():
+def check_name(name: str, params: dict) -> None:
+    names = known_names(params)
+    if name not in names:
         import difflib
-        close = difflib.get_close_matches(name, known_names(), n=1)
+        close = difflib.get_close_matches(name, names, n=1)
         raise UserError(f"unknown corpus '{name}'" + (f" (did you mean '{close[0]}'?)" if close else "")
-                        + f"; prepare builds: {', '.join(known_names())}")
+                        + f"; prepare builds: {', '.join(names)}")
 
 
 def build(name: str, params: dict, progress: bool = True) -> Corpus:
-    check_name(name)
+    check_name(name, params)
     if name not in BUILTIN:
         return suite.build(name, params)
     cfg = params["corpora"][name]
@@ -91,7 +93,7 @@ def main(argv=None):
     ap.add_argument("--sheet", help="contact sheet PNG (default reports/figures/contact_<corpus>.png)")
     args = ap.parse_args(argv)
     params = section("prepare")
-    check_name(args.corpus)
+    check_name(args.corpus, params)
     # replacing a corpus is what this stage does; replacing anything else is not
     out = check_corpus_out(args.out or REPO_ROOT / "data" / "corpora" / args.corpus, force=True)
     sheet = Path(args.sheet or REPO_ROOT / "reports" / "figures" / f"contact_{args.corpus}.png")

@@ -11,7 +11,9 @@ Each *variant* of params.yaml ``ablation.variants`` is the base configuration (t
     set:    {param: value}  parameters replaced (``w_hom: 0`` removes L_hom)
     scale:  {param: factor} parameters multiplied (``w_lm: 3`` is L_LM three times as heavy)
 
-and ``ablation.epochs`` (when not null) replaces the number of epochs of every variant, so
+or, with ``run: NAME``, another row of ``runs`` altogether (e.g. ``lm_v1``, ``lm_seed``: the
+earlier readings of the seed, kept beside the shipped method), and ``ablation.epochs`` (when not
+null) replaces the number of epochs of every variant that trains in epochs, so
 the whole grid stays affordable on a CPU. Every variant x seed is fitted, scored against the
 gold labels (native V, NMI, ARI, ACC, K found; fixed-K V: Ward on its embedding at
 K_true + offsets, as the evaluate stage does) and timed.
@@ -51,7 +53,7 @@ DEFAULTS = {
     "reference": "default",  # Δ V is measured against this variant
     "variants": {"default": {}},
 }
-VARIANT_KEYS = {"preset", "set", "scale"}
+VARIANT_KEYS = {"run", "preset", "set", "scale"}
 # (key in a fit's scores, table header, format)
 COLUMNS = [
     ("v_measure", "V", "{:.3f}"),
@@ -88,7 +90,7 @@ def variant_params(name: str, spec: dict | None, base: dict, method: str, params
     cfg = {**defaults, **base}
     if spec.get("preset"):
         cfg = deep_update(cfg, preset_values(method, spec["preset"], params, f"ablation variant '{name}'"))
-    if epochs is not None:
+    if epochs is not None and "epochs" in cfg:
         cfg["epochs"] = int(epochs)
     cfg = deep_update(cfg, spec.get("set") or {})
     for key, factor in (spec.get("scale") or {}).items():
@@ -160,13 +162,17 @@ def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int
                            "seeds": seeds, "epochs": epochs, "variants": ",".join(names)})
         for name in names:
             spec = cfg["variants"][name] or {}
-            vparams = variant_params(name, spec, base, method, params, defaults, epochs)
+            v_method, v_base, v_defaults = method, base, defaults
+            if spec.get("run"):                      # another row of `runs`, e.g. lm_v1
+                v_method, v_base, _ = run_config(spec["run"], params)
+                v_defaults = dict(get_clusterer(v_method, **v_base).params)
+            vparams = variant_params(name, spec, v_base, v_method, params, v_defaults, epochs)
             per_seed = {}
             for seed in seeds:
-                per_seed[f"seed{seed}"] = _fit_one(corpus, gold, method, name, spec, vparams, seed, corpus_name,
+                per_seed[f"seed{seed}"] = _fit_one(corpus, gold, v_method, name, spec, vparams, seed, corpus_name,
                                                    device, distances, eval_cfg, fingerprint, cache_dir, progress)
             mean, std = summarise(per_seed, int(eval_cfg["std_ddof"]))
-            doc["variants"][name] = {"spec": spec, "params": vparams,
+            doc["variants"][name] = {"spec": spec, "method": v_method, "params": vparams,
                                      "mean": mean, "std": std, "per_seed": per_seed}
             parent.log_metrics({f"{name}.{k}_mean": v for k, v in mean.items()})
         ref = doc["variants"].get(cfg["reference"])

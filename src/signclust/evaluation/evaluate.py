@@ -35,7 +35,6 @@ DEFAULTS = {
 # scalar metrics that get a mean and std over seeds, in table order
 NATIVE_KEYS = ("v_measure", "homogeneity", "completeness", "nmi", "ari", "acc", "purity", "k_found")
 FIXED_KEYS = ("fixed_k_v_measure", "fixed_k_v_at_ktrue")
-TIME_KEYS = ("seconds", "wall_s")   # wall time of the fit in info.json, first one present wins
 
 
 def config(params: dict | None = None) -> dict:
@@ -68,13 +67,6 @@ def reduce_embedding(embedding: np.ndarray, max_dims: int, seed: int = 0) -> tup
     return x, note
 
 
-def wall_time(info: dict) -> float | None:
-    for key in TIME_KEYS:
-        if isinstance(info.get(key), (int, float)):
-            return float(info[key])
-    return None
-
-
 def score_result(gold: np.ndarray, result, cfg: dict, seed: int) -> dict:
     """Both protocols for one fit: native scores, fixed-K scores and how the embedding was reduced."""
     out = score(gold, result.labels)
@@ -89,15 +81,11 @@ def evaluate_seed(gold: np.ndarray, folder: Path, cfg: dict, seed: int) -> dict:
     result = load_result(folder)
     if len(result.labels) != len(gold):
         raise UserError(f"{folder}: {len(result.labels)} assigned tokens, corpus has {len(gold)}")
-    out = score_result(gold, result, cfg, seed)
-    seconds = wall_time(result.info)
-    if seconds is not None:
-        out["seconds"] = seconds
-    return out
+    return score_result(gold, result, cfg, seed)
 
 
 def summarise(per_seed: dict[str, dict], ddof: int,
-              keys: tuple = NATIVE_KEYS + FIXED_KEYS + ("seconds",)) -> tuple[dict, dict]:
+              keys: tuple = NATIVE_KEYS + FIXED_KEYS) -> tuple[dict, dict]:
     """Mean and std over seeds of each scalar metric (over the seeds that report it)."""
     mean, std = {}, {}
     for key in keys:

@@ -47,61 +47,45 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 from scipy.special import gammaln
 
 from signclust.data.corpus import Corpus
 from signclust.data.glyphs import normalize_glyphs, skeleton_glyphs
-from signclust.errors import UserError
 from signclust.models.base import ClusterResult, Clusterer, FitContext, register
+from signclust.models.params import config_field, params_of
 
 
 @dataclass
 class LMConfig:
     # visual features
-    feature_dim: int = 32          # PCA components of [normalised glyph, skeleton]
-    skeleton: bool = True          # add the stroke skeleton (stroke-width invariant) to the glyph
-    text_centring: float = 8.0     # shrinkage of the per-text offset removal; 0 switches it off
+    feature_dim: int = config_field(32, int, min=1, doc="PCA components of [normalised glyph, skeleton]")
+    skeleton: bool = config_field(True, bool, doc="add the stroke skeleton (stroke-width invariant)")
+    text_centring: float = config_field(8.0, float, min=0, doc="shrinkage of the per-text offset removal (0: off)")
     # micro-clusters and the pair model
-    clean_share: float = 0.5       # distinct images / tokens at or below this: a clean corpus
-    pair_ratio: float = 0.8        # within-text nearest neighbour must be this much nearer than the 2nd
-    max_linkage_tokens: int = 20000  # above this, micro-clusters come from k-means (tokens / 8)
+    clean_share: float = config_field(0.5, float, gt=0, max=1,
+                                      doc="distinct images / tokens at or below this: a clean corpus")
+    pair_ratio: float = config_field(0.8, float, gt=0, max=1,
+                                     doc="a within-text nearest neighbour this much nearer than the 2nd is a pair")
+    max_linkage_tokens: int = config_field(20000, int, min=2,
+                                           doc="above this, micro-clusters come from k-means (tokens / 8)")
     # the three terms of the merge gain
-    w_lm: float = 1.0
-    w_hom: float = 1.0
-    w_dup: float = 1.0
-    context_beta: float = 0.1      # Dirichlet concentration per context type (x number of types)
-    context_types: int = 0         # 0: contexts over the current types; N: over a fixed Ward cut of N
-    rank_c0: float = 2.0           # prior log-odds against merging with the visually nearest type
-    link_c0: float = 2.0           # prior log-odds against a merge supported by one close token pair
-    match_ratio: float = 0.7       # clean corpus: mutual nearest types this much nearer than the next
-    match_bonus: float = 3.0       #   are a visual match worth this many nats
+    w_lm: float = config_field(1.0, float, min=0, doc="weight of dL_LM (context)")
+    w_hom: float = config_field(1.0, float, min=0, doc="weight of dL_hom (visual pair evidence)")
+    w_dup: float = config_field(1.0, float, min=0, doc="weight of the duplicate/rank prior")
+    context_beta: float = config_field(0.1, float, gt=0, doc="Dirichlet concentration per context type")
+    context_types: int = config_field(0, int, min=0, doc="0: contexts over the current types; N: a fixed Ward cut")
+    rank_c0: float = config_field(2.0, float, min=0, doc="prior log-odds against merging with the nearest type")
+    link_c0: float = config_field(2.0, float, min=0,
+                                  doc="prior log-odds against a merge supported by one close token pair")
+    match_ratio: float = config_field(0.7, float, gt=0, max=1,
+                                      doc="clean corpus: mutual nearest types this much nearer than the next")
+    match_bonus: float = config_field(3.0, float, min=0, doc="clean corpus: nats of a visual match")
     # the merge loop
-    candidates: int = 10           # partners per type: visual and context nearest neighbours each
-    batch: float = 0.05            # at most this share of the types merges per round
-    max_rounds: int = 1000
-    refits: int = 0                # refit the pair model on the types found, then merge again
-
-
-def _check(cfg: LMConfig) -> None:
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        want = f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool}[f.type]
-        ok = isinstance(value, bool) if want is bool else (
-            isinstance(value, (int, float)) and not isinstance(value, bool) and (want is float or float(value).is_integer()))
-        if not ok:
-            raise UserError(f"lm.{f.name} must be {want.__name__}, got {value!r}")
-    positive = ("feature_dim", "candidates", "max_rounds", "max_linkage_tokens")
-    for name in positive:
-        if getattr(cfg, name) < 1:
-            raise UserError(f"lm.{name} must be at least 1, got {getattr(cfg, name)!r}")
-    for name in ("text_centring", "w_lm", "w_hom", "w_dup", "rank_c0"):
-        if getattr(cfg, name) < 0:
-            raise UserError(f"lm.{name} must be >= 0, got {getattr(cfg, name)!r}")
-    for name in ("clean_share", "pair_ratio", "batch"):
-        if not 0 < getattr(cfg, name) <= 1:
-            raise UserError(f"lm.{name} must lie in (0, 1], got {getattr(cfg, name)!r}")
-    if cfg.context_beta <= 0:
-        raise UserError(f"lm.context_beta must be > 0, got {cfg.context_beta!r}")
+    candidates: int = config_field(10, int, min=1, doc="partners per type (visual and context neighbours)")
+    batch: float = config_field(0.05, float, gt=0, max=1, doc="at most this share of the types merges per round")
+    max_rounds: int = config_field(1000, int, min=0, doc="merge rounds (0: the micro-clusters alone)")
+    refits: int = config_field(0, int, min=0, doc="refit the pair model on the types found, then merge again")
 
 
 # --------------------------------------------------------------------------- visual side
@@ -162,7 +146,7 @@ def confident_pairs(x: np.ndarray, texts: list[np.ndarray], ratio: float) -> tup
         d1 = d[np.arange(len(t)), order[:, 0]]
         d2 = d[np.arange(len(t)), order[:, 1]]
         mutual = order[order[:, 0], 0] == np.arange(len(t))
-        keep = mutual & (d1 < ratio * d2) & (np.arange(len(t)) < order[:, 0])
+        keep = mutual & (d1 <= ratio * d2) & (np.arange(len(t)) < order[:, 0])
         pos.append(d1[keep])
         allp.append(d[np.triu_indices(len(t), 1)])
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0)  # noqa: E731
@@ -174,7 +158,7 @@ def fit_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed: i
     corpus has too few texts of 3+ tokens, or no distance spread to learn from."""
     from sklearn.linear_model import LogisticRegression
     pos, background = confident_pairs(x, texts, ratio)
-    if len(pos) < 20 or len(background) < 20 or np.ptp(np.r_[pos, background]) == 0:
+    if len(pos) < 5 or len(background) < 20 or np.ptp(np.r_[pos, background]) == 0:
         return None
     rng = np.random.default_rng(seed)
     background = background[rng.permutation(len(background))[:20000]]
@@ -213,6 +197,20 @@ def refit_pair_model(x: np.ndarray, z: np.ndarray, seed: int, n_pairs: int = 200
     lr = LogisticRegression().fit(d, y, sample_weight=w)
     b_ = -float(lr.coef_[0, 0])
     return PairModel(float(lr.intercept_[0]), b_, len(pos)) if b_ > 0 else None
+
+
+def corpus_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed: int,
+                      sample: int = 3000) -> PairModel | None:
+    """The pair model from within-text pairs; where texts are too short for that, from the corpus
+    as one text (a random sample of ``sample`` tokens: the same ratio test, without the same-hand
+    guarantee); where the ratio test finds too few pairs (a small corpus whose every sign recurs
+    alike), from plain mutual nearest neighbours."""
+    pick = np.sort(np.random.default_rng(seed).permutation(len(x))[:sample])
+    for groups, r in ((texts, ratio), ([pick], ratio), ([pick], 1.0)):
+        pair = fit_pair_model(x, groups, r, seed)
+        if pair is not None:
+            return pair
+    return None
 
 
 def micro_clusters(x: np.ndarray, image_index: np.ndarray, clean: bool, pair: PairModel | None,
@@ -278,12 +276,11 @@ def hom_gain(x: np.ndarray, z: np.ndarray, k: int, pair: PairModel, u: np.ndarra
 
 
 def within_text_evidence(x: np.ndarray, z: np.ndarray, k: int, texts: list[np.ndarray],
-                         pair: PairModel) -> "sparse.csr_matrix":
+                         pair: PairModel) -> sparse.csr_matrix:
     """(k, k) sum over texts of the pair model's log-odds between the tokens of type u and the
     tokens of type v *in the same text*. One text is one hand, so this compares like with like:
     two different signs that share texts look different there; the fragments of one sign split
     by hand never share a text and get no evidence against their merge."""
-    from scipy import sparse
     from scipy.spatial.distance import cdist
     rows, cols, vals = [], [], []
     for t in texts:
@@ -302,10 +299,9 @@ def within_text_evidence(x: np.ndarray, z: np.ndarray, k: int, texts: list[np.nd
     return sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(k, k))
 
 
-def nearest_link(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int) -> "sparse.csr_matrix":
+def nearest_link(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int) -> sparse.csr_matrix:
     """(k, k) smallest token-to-token distance between two types over a token kNN graph
     (``edges`` = (i, j, d)); stored as 1 / (1 + d) so that absent links read as 0."""
-    from scipy import sparse
     i, j, d = edges
     a, b = z[i], z[j]
     keep = a != b
@@ -371,19 +367,11 @@ def disjoint_best(u: np.ndarray, v: np.ndarray, gain: np.ndarray, limit: int) ->
 class LMSignClusterer(Clusterer):
     name = "lm"
     needs_k = False
-    Config = LMConfig
+    PARAMS = params_of(LMConfig)       # every default lives in LMConfig, checked by models/params.py
 
-    def __init__(self, **params):
-        known = {f.name for f in dataclasses.fields(LMConfig)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise UserError(f"lm: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        self.cfg = LMConfig(**params)
-        _check(self.cfg)
-        for f in dataclasses.fields(LMConfig):     # 32.0 -> 32 for integer parameters
-            if f.type == "int":
-                setattr(self.cfg, f.name, int(getattr(self.cfg, f.name)))
-        super().__init__(**dataclasses.asdict(self.cfg))
+    def __init__(self, preset: str | None = None, **params):
+        super().__init__(preset, **params)
+        self.cfg = LMConfig(**self.params)
 
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         cfg, t0 = self.cfg, time.time()
@@ -394,7 +382,7 @@ class LMSignClusterer(Clusterer):
         feats = glyph_features(np.asarray(corpus.images), cfg, ctx.seed)
         x = text_centre(feats[image_index], text_index, cfg.text_centring)                  # (n, D)
         clean = len(corpus.images) <= cfg.clean_share * corpus.n_tokens
-        pair = None if clean else fit_pair_model(x, texts, cfg.pair_ratio, ctx.seed)
+        pair = None if clean else corpus_pair_model(x, texts, cfg.pair_ratio, ctx.seed)
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
         k0 = int(z.max()) + 1
         self.ref = None

@@ -21,11 +21,7 @@ same three terms by discrete merge moves). It stays runnable as two rows of the 
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -39,6 +35,8 @@ from signclust.data.glyphs import normalize_glyphs
 from signclust.distances.provider import DistanceProvider, OnDemandDistances
 from signclust.errors import UserError
 from signclust.models.base import ClusterResult, Clusterer, FitContext, register
+from signclust.models.checkpoint import FitCheckpoint
+from signclust.models.params import Param
 from signclust.models.baselines._nets import faiss_kmeans
 
 
@@ -160,63 +158,55 @@ class GradientLMClusterer(Clusterer):
     name = "lm_gradient"
     needs_k = False
 
-    DEFAULTS = {
-        "s": 0,                    # upper bound on types (unused types are allowed); 0: as many as the
-                                   # init_threshold cut gives (500 when it does not apply)
-        "d": 32,
-        "hidden": 64,
-        "layers": 1,
-        "dropout": 0.3,            # an LM that generalises is what rewards merging (RESEARCH_NOTES §4)
-        "w_hom": 1.0,
-        "w_lm": 1.0,
-        "w_dup": 1.0,
-        "hom_norm": "n",           # seed: "sn" (1/(s n)) makes L_hom s times weaker than L_LM
-        "detach_target": True,     # seed: False (the target is p itself, which then collapses)
-        "entropy_alpha": 0.9,      # H(next|ctx) - alpha H(next) rewards merging free variants, not collapse
-        "dup_similarity": "kernel",  # seed: "linear" (1 - d)
-        "tie": "image",            # rows of S shared by: token (seed) | image (identical images) | micro
-        "micro_clusters": 0,       # with tie=micro: number of visual micro-clusters (0: 3*s)
-        "init": "ward",            # random (seed) | kmeans | ward: S starts from a cheap visual clustering
-        "init_scale": 3.0,         # logit given to the initial cluster
-        "init_pca": 50,
-        "init_threshold": 21.0,    # seed: 0 (s types). Ward tree cut at this height (PCA-50 of the normalised
-                                   # glyphs, whose scale is fixed by the normalisation): s = the clusters found,
-                                   # so K is not given. Tuned on cypriot (K 62, 53 gold); lineara gets 199 (317 gold)
-        "max_len": 32,             # texts are cut into windows of this many tokens for the LSTM (0: whole
-                                   # texts, the seed). Padding every text to the longest one cost 6 s a step
-        "glyph_norm": True,        # seed: False. Init features (and hom_distance=normalized) from binarised,
-                                   # despeckled, bounding-box-normalised 32 px glyphs: ink, stroke noise,
-                                   # position and size vary by hand, not by type (Ward V 0.53 -> 0.66 on cypriot)
-        "hom_distance": "normalized",  # seed: "pixels" (the distance stage's mean |dpixel|); "normalized":
-                                   # the same mean |d| on the normalised glyphs, so L_hom agrees with the init
-        "temperature": 1.0,
-        "temperature_end": 1.0,    # annealed linearly over the epochs
-        "eos": True,               # predict an end-of-text type (text boundaries seen by the LM)
-        "epochs": 40,               # the setting of the committed tables (was 60 here, 40 in params.yaml)
-        "batch_texts": 0,          # texts per step; 0 = full batch
-        "lr_s": 0.05,
-        "lr": 0.003,
-        "exemplar_every": 1,       # steps between exemplar recomputations
-        "cache_columns": 4096,     # on-demand distance columns kept (large corpora)
+    P = Param
+    PARAMS = {
+        "s": P(0, int, min=2, also=(0,), doc="upper bound on types; 0: as many as the init_threshold cut gives "
+                                            "(500 when it does not apply)"),
+        "d": P(32, int, min=1, doc="type-embedding size"),
+        "hidden": P(64, int, min=1, doc="LSTM hidden size"),
+        "layers": P(1, int, min=1, doc="LSTM layers"),
+        "dropout": P(0.3, float, min=0, lt=1, doc="an LM that generalises is what rewards merging (RESEARCH_NOTES §4)"),
+        "w_hom": P(1.0, float, min=0, doc="weight of L_hom"),
+        "w_lm": P(1.0, float, min=0, doc="weight of L_LM"),
+        "w_dup": P(1.0, float, min=0, doc="weight of L_dup"),
+        "hom_norm": P("n", str, choices=("n", "sn"), doc="seed: sn (1/(s n)) makes L_hom s times weaker than L_LM"),
+        "detach_target": P(True, bool, doc="seed: false (the target is p itself, which then collapses)"),
+        "entropy_alpha": P(0.9, float, min=0, doc="H(next|ctx) - alpha H(next) rewards merging free variants"),
+        "dup_similarity": P("kernel", str, choices=("linear", "kernel"), doc="seed: linear (1 - d)"),
+        "tie": P("image", str, choices=("token", "image", "micro"),
+                 doc="rows of S shared by: token (seed) | image (identical images) | micro"),
+        "micro_clusters": P(0, int, min=0, doc="with tie=micro: number of visual micro-clusters (0: 3 s)"),
+        "init": P("ward", str, choices=("random", "kmeans", "ward"),
+                  doc="random (seed) | kmeans | ward: S starts from a cheap visual clustering"),
+        "init_scale": P(3.0, float, min=0, doc="logit given to the initial cluster"),
+        "init_pca": P(50, int, min=0, doc="PCA components of the init features (0: pixels)"),
+        "init_threshold": P(21.0, float, min=0, doc="Ward tree cut height (PCA-50 of the normalised glyphs); s = "
+                                                   "the clusters found. Tuned on cypriot; does not transfer "
+                                                   "(RESEARCH_NOTES §6)"),
+        "max_len": P(32, int, min=0, doc="texts cut into windows of this many tokens for the LSTM (0: whole)"),
+        "glyph_norm": P(True, bool, doc="seed: false. Init features from binarised, bounding-box-normalised glyphs"),
+        "hom_distance": P("normalized", str, choices=("pixels", "normalized"),
+                          doc="seed: pixels (mean |dpixel|); normalized: the same on the normalised glyphs"),
+        "temperature": P(1.0, float, gt=0, doc="softmax temperature at the start"),
+        "temperature_end": P(1.0, float, gt=0, doc="... annealed linearly to this"),
+        "eos": P(True, bool, doc="predict an end-of-text type"),
+        "epochs": P(40, int, min=0, doc="training epochs (0: the visual initialisation alone)"),
+        "batch_texts": P(0, int, min=0, doc="texts per step; 0 = full batch"),
+        "lr_s": P(0.05, float, gt=0, doc="Adam learning rate of S"),
+        "lr": P(0.003, float, gt=0, doc="Adam learning rate of E, the LSTM and the head"),
+        "exemplar_every": P(1, int, min=1, doc="steps between exemplar recomputations"),
+        "cache_columns": P(4096, int, min=1, doc="on-demand distance columns kept (large corpora)"),
     }
-    PAPER: dict = {}               # the seed gives no numeric settings; see presets `seed` and `large`
-
-    def __init__(self, **params):
-        unknown = sorted(set(params) - set(self.DEFAULTS) - {"variant"})
-        if unknown:
-            raise UserError(f"lm_gradient: unknown parameter(s) {', '.join(unknown)}")
-        super().__init__(**{**self.DEFAULTS, **params})
-        p = self.params
-        if p["s"] != 0 and p["s"] < 2:
-            raise UserError("lm_gradient: s must be 0 (from init_threshold) or at least 2")
-        if p["tie"] not in ("token", "image", "micro"):
-            raise UserError("lm_gradient: tie must be token, image or micro")
-        if p["init"] not in ("random", "kmeans", "ward"):
-            raise UserError("lm_gradient: init must be random, kmeans or ward")
-        if p["hom_norm"] not in ("n", "sn"):
-            raise UserError("lm_gradient: hom_norm must be n or sn")
-        if p["hom_distance"] not in ("pixels", "normalized"):
-            raise UserError("lm_gradient: hom_distance must be pixels or normalized")
+    del P
+    PRESETS = {
+        # the plain reading of seed 000 (SPEC §2): kept runnable and in every table (row lm_seed)
+        "seed": {"tie": "token", "init": "random", "hom_norm": "sn", "detach_target": False, "entropy_alpha": 0.0,
+                 "dup_similarity": "linear", "dropout": 0.0, "eos": False, "glyph_norm": False,
+                 "hom_distance": "pixels", "init_threshold": 0.0, "max_len": 0, "s": 100},
+        # bigger corpora / a GPU
+        "large": {"s": 500, "d": 64, "hidden": 256, "layers": 2, "epochs": 200, "batch_texts": 256},
+    }
+    fit_checkpoint = True
 
     # -- setup ------------------------------------------------------------------------------
     def _rows(self, corpus: Corpus, feats: np.ndarray | None, seed: int) -> np.ndarray:
@@ -238,13 +228,13 @@ class GradientLMClusterer(Clusterer):
             model.S[torch.arange(len(clusters)), torch.from_numpy(clusters)] = p["init_scale"]
             model.S.add_(0.01 * torch.randn(model.S.shape, generator=gen))
 
-    def config_hash(self, corpus: Corpus, seed: int) -> str:
-        blob = json.dumps({"params": self.params, "seed": seed, "n": corpus.n_tokens,
-                           "meta": corpus.meta.get("name", "")}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
     # -- training ---------------------------------------------------------------------------
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
+        # checkpoints are keyed by the corpus content, the parameters, the seed and this code
+        with FitCheckpoint.for_fit(self, corpus, ctx) as ckpt:
+            return self._fit(corpus, ctx, ckpt)
+
+    def _fit(self, corpus: Corpus, ctx: FitContext, ckpt: FitCheckpoint) -> ClusterResult:
         p = self.params
         seed_everything(ctx.seed)
         device = torch_device(ctx.device)
@@ -285,15 +275,13 @@ class GradientLMClusterer(Clusterer):
         ])
 
         start_epoch, history = 0, []
-        ckpt = Path(ctx.checkpoint_dir) / f"lm-{self.config_hash(corpus, ctx.seed)}.pt" if ctx.checkpoint_dir else None
-        if ckpt is not None and ckpt.exists():
-            state = torch.load(ckpt, map_location=device, weights_only=False)
+        state = ckpt.load()            # weights-only; None unless a checkpoint of this very fit exists
+        if state is not None:
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
             start_epoch, history = state["epoch"], state["history"]
 
         n = corpus.n_tokens
-        t0 = time.time()
         bar = tqdm(range(start_epoch, p["epochs"]), desc=f"lm seed{ctx.seed}", disable=not ctx.progress,
                    initial=start_epoch, total=p["epochs"])
         step = start_epoch * math.ceil(len(texts) / (p["batch_texts"] or len(texts)))
@@ -343,9 +331,9 @@ class GradientLMClusterer(Clusterer):
             history.append(record)
             bar.set_postfix(loss=f"{record['loss']:.3f}", hom=f"{record['hom']:.3f}", lm=f"{record['lm']:.2f}",
                             K=in_use)
-            if ckpt is not None:           # saved before logging: a failing logger does not lose the epoch
-                _save_checkpoint(ckpt, {"model": model.state_dict(), "opt": opt.state_dict(),
-                                        "epoch": epoch + 1, "history": history})
+            # saved before logging: a failing logger does not lose the epoch
+            ckpt.save({"model": model.state_dict(), "opt": opt.state_dict(), "epoch": epoch + 1,
+                       "history": history})
             if ctx.log_metrics:
                 ctx.log_metrics({k: v for k, v in record.items() if k != "epoch"}, epoch + 1)
         bar.close()
@@ -357,7 +345,7 @@ class GradientLMClusterer(Clusterer):
             labels = p_final.argmax(1).cpu().numpy()
             embedding = (p_final @ model.E).cpu().numpy()
         info = {"k_found": int(len(np.unique(labels))), "epochs": p["epochs"], "rows": n_rows,
-                "seconds_train": time.time() - t0, "history": history[-1:] if history else [],
+                "history": history,
                 "final": history[-1] if history else {}, "n_tokens": n}
         return ClusterResult(labels, embedding, info)
 
@@ -374,9 +362,3 @@ def _with_eos(target: torch.Tensor, mask: torch.Tensor):
     new_mask[torch.arange(b), lengths] = 1.0
     return out, new_mask
 
-
-def _save_checkpoint(path: Path, state: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)

@@ -263,3 +263,27 @@ def infer_types(method: str, defaults_: dict, params: dict) -> dict:
     if problems:
         raise UserError("; ".join(problems))
     return out
+
+
+# --------------------------------------------------------------------------- config dataclasses
+def config_field(default, type_: type, **kw):
+    """A dataclass field that is also a :class:`Param`: a model with a config dataclass (like
+    ``LMConfig`` in models/lm_clusterer.py) declares each parameter once, as a field, and gets
+    its ``PARAMS`` from :func:`params_of`."""
+    import dataclasses
+    param = Param(default, type_, **kw)
+    if isinstance(default, (list, dict)):
+        import copy
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata={"param": param})
+    return dataclasses.field(default=default, metadata={"param": param})
+
+
+def params_of(config_cls) -> dict[str, Param]:
+    """name -> Param of a dataclass whose fields were declared with :func:`config_field`."""
+    import dataclasses
+    out = {}
+    for f in dataclasses.fields(config_cls):
+        if "param" not in f.metadata:
+            raise TypeError(f"{config_cls.__name__}.{f.name} is not declared with config_field()")
+        out[f.name] = f.metadata["param"]
+    return out

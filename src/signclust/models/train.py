@@ -35,6 +35,7 @@ from signclust.config import REPO_ROOT, deep_update, load_params
 from signclust.data.corpus import Corpus
 from signclust.distances.provider import load_knn, open_distances
 from signclust.errors import UserError, cli_main
+from signclust.io import write_json
 from signclust.models.base import FitContext, get_clusterer, save_result
 from signclust.progress import status
 
@@ -191,7 +192,7 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
     distances = open_distances(corpus, dist_dir) if dist_dir and dist_dir.exists() else None
     knn = load_knn(dist_dir) if dist_dir and dist_dir.exists() else None
     k_true = corpus.counts()["types"] or None
-    summaries = []
+    summaries, timings = [], {}
     for seed in seeds:
         clusterer = get_clusterer(method, **cfg)
         if clusterer.needs_k and not k_true:
@@ -228,10 +229,14 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
             resumed = bool(resumed_from)
             folder = out_root / run_name / corpus_name / f"seed{seed}"
             previous = read_history(folder / "history.csv") if resumed else []
+            result.info, fit_times = split_timings(result.info)
+            # the run folder holds only what the fit determines (same params + seed -> same bytes);
+            # wall times and run ids go to MLflow and reports/timings/, which no later stage reads
             save_result(result, folder, {"method": method, "run": run_name, "preset": preset, "seed": seed,
-                                         "corpus": corpus_name, "seconds": seconds, "params": clusterer.params,
-                                         "config_hash": chash, "resumed": resumed,
-                                         "mlflow_run_id": mlrun.run_id})
+                                         "corpus": corpus_name, "params": clusterer.params,
+                                         "config_hash": chash})
+            timings[f"seed{seed}"] = {"seconds": seconds, "resumed": resumed, **fit_times,
+                                      "mlflow_run_id": mlrun.run_id}
             if ckpt_dir is not None:
                 _prune_empty(ckpt_dir, ckpt_root.parent)
             records = previous + _history(result.info, logged)   # a resumed fit keeps the epochs it resumed
@@ -239,14 +244,37 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
             scores = final_scores(corpus, result.labels)
             mlrun.set_tags({"resumed": str(resumed).lower(), "history": "yes" if history else "no",
                             **({"resumed_from_epoch": resumed_from} if resumed else {})})
-            mlrun.log_metrics({"seconds": seconds, "k_found": result.k_found, **scores})
+            mlrun.log_metrics({"seconds": seconds, "k_found": result.k_found, **scores,
+                               **{k: float(v) for k, v in fit_times.items()}})
             mlrun.log_artifacts(folder, "run")       # SignClusterer.load("runs:/<id>/run") reads it back
         v = f", V {scores['v_measure']:.3f}" if "v_measure" in scores else ""
         print(f"{label}: K found {result.k_found}{v}, {seconds:.1f}s"
               + (f" (resumed from epoch {resumed_from})" if resumed else "") + f" -> {folder}")
         summaries.append({"seed": seed, "k_found": result.k_found, "seconds": seconds, "resumed": resumed,
                           "mlflow_run_id": mlrun.run_id})
+    write_json(timings_path(out_root, run_name, corpus_name),
+               {"run": run_name, "corpus": corpus_name, "per_seed": timings,
+                "note": "wall time of each fit on the machine that ran it; resumed fits say so"})
     return summaries
+
+
+# run-to-run noise: never written into a run folder (a DVC output that evaluate depends on)
+TIMING_KEYS = ("wall_s", "wall_time_s", "setup_s", "seconds_fit", "seconds_train")
+
+
+def split_timings(info: dict) -> tuple[dict, dict]:
+    """(the fit's info without wall times, the wall times it reported)."""
+    return ({k: v for k, v in info.items() if k not in TIMING_KEYS},
+            {k: v for k, v in info.items() if k in TIMING_KEYS})
+
+
+def timings_path(out_root: Path, run_name: str, corpus_name: str) -> Path:
+    """reports/timings/<run>_<corpus>.json beside the default run folders (models/runs); under the
+    run root itself for any other --out, so that scratch runs never touch the committed reports."""
+    default = REPO_ROOT / "models" / "runs"
+    base = REPO_ROOT / "reports" / "timings" if Path(out_root).resolve() == default.resolve() \
+        else Path(out_root) / ".timings"
+    return base / f"{run_name}_{corpus_name}.json"
 
 
 def fit_with_checkpoints(clusterer, corpus: Corpus, ctx: FitContext):
@@ -299,13 +327,22 @@ def main(argv=None):
     ap.add_argument("run", help="a run name of params.yaml `runs`")
     ap.add_argument("corpus")
     ap.add_argument("--seeds", type=int, nargs="+", help="default: params.yaml train.seeds")
+    ap.add_argument("--seed-set", help="use params.yaml train.seed_sets.NAME (e.g. suite_deep) instead")
     ap.add_argument("--corpus-dir", type=Path)
     ap.add_argument("--dist-dir", type=Path)
     ap.add_argument("--out", type=Path, help="run folders root (default models/runs)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     params = load_params()
-    seeds = args.seeds if args.seeds is not None else (params.get("train") or {}).get("seeds", [0])
+    train_cfg = params.get("train") or {}
+    if args.seed_set is not None:
+        sets = train_cfg.get("seed_sets") or {}
+        if args.seed_set not in sets:
+            raise UserError(f"unknown seed set '{args.seed_set}'; params.yaml train.seed_sets: "
+                            f"{', '.join(sets) or 'none'}")
+        seeds = sets[args.seed_set]
+    else:
+        seeds = args.seeds if args.seeds is not None else train_cfg.get("seeds", [0])
     out_root = args.out or REPO_ROOT / "models" / "runs"
     train(args.run, args.corpus, seeds, params,
           corpus_dir=args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus,

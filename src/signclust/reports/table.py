@@ -2,7 +2,9 @@
 
     python -m signclust.reports.table
 
-Reads reports/metrics/*.json (written by the evaluate stage) and writes
+Reads reports/metrics/<method>_<corpus>.json (written by the evaluate stage) for the corpora of
+params.yaml ``report.corpora`` and the wall times of reports/timings/ (written by the train stage:
+run-to-run noise that only this last table reads) and writes
 reports/comparison.md plus a bar chart reports/figures/comparison.png
 (V-measure native and fixed-K per method, error bars = std over seeds).
 Methods appear in the order of params.yaml ``report.methods`` (others after it, alphabetically).
@@ -28,12 +30,14 @@ COLUMNS = [
     ("purity", "purity", "{:.3f}"),
     ("k_found", "K found", "{:.1f}"),
     ("fixed_k_v_measure", "fixed-K mean V", "{:.3f}"),
-    ("seconds", "wall time (s)", "{:.1f}"),
+    ("seconds", "wall time (s)", "{:.1f}"),   # from reports/timings/, fresh fits only
 ]
 MISSING = "–"
 
 
-def load_metrics(metrics_dir: Path) -> list[dict]:
+def load_metrics(metrics_dir: Path, corpora: list | None = None, timings_dir: Path | None = None) -> list[dict]:
+    """The evaluate stage's documents (of ``corpora`` when given), each with the mean/std wall time
+    of its fresh fits from ``timings_dir`` (a fit resumed from a checkpoint is left out of it)."""
     docs = []
     for path in sorted(Path(metrics_dir).glob("*.json")):
         if path.name.startswith("ablation_"):   # the ablation stage's metrics share the folder
@@ -41,10 +45,23 @@ def load_metrics(metrics_dir: Path) -> list[dict]:
         doc = json.loads(path.read_text())
         if "mean" not in doc or "corpus" not in doc:
             raise UserError(f"{path} is not an evaluate metrics file (no 'mean'/'corpus')")
+        if corpora is not None and doc["corpus"] not in corpora:
+            continue
+        if timings_dir is not None:
+            add_wall_time(doc, Path(timings_dir) / f"{doc['method']}_{doc['corpus']}.json")
         docs.append(doc)
     if not docs:
         raise UserError(f"no metrics files in {metrics_dir}; run the evaluate stage first")
     return docs
+
+
+def add_wall_time(doc: dict, path: Path) -> None:
+    if not path.is_file():
+        return
+    fresh = [t["seconds"] for t in json.loads(path.read_text()).get("per_seed", {}).values() if not t.get("resumed")]
+    if fresh:
+        doc["mean"]["seconds"] = float(np.mean(fresh))
+        doc["std"]["seconds"] = float(np.std(fresh, ddof=1)) if len(fresh) > 1 else 0.0
 
 
 def method_order(methods, preferred: list | None) -> list[str]:
@@ -126,8 +143,9 @@ def bar_chart(docs: list[dict], order: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def build(metrics_dir: Path, out_md: Path, out_png: Path | None, preferred: list | None) -> str:
-    docs = load_metrics(metrics_dir)
+def build(metrics_dir: Path, out_md: Path, out_png: Path | None, preferred: list | None,
+          corpora: list | None = None, timings_dir: Path | None = None) -> str:
+    docs = load_metrics(metrics_dir, corpora, timings_dir)
     text = render_markdown(docs, preferred)
     atomic_write_text(out_md, text)
     if out_png is not None:
@@ -142,11 +160,12 @@ def main(argv=None):
     ap.add_argument("--out", help="default reports/comparison.md")
     ap.add_argument("--figure", help="default reports/figures/comparison.png")
     args = ap.parse_args(argv)
-    preferred = (load_params().get("report") or {}).get("methods")
+    report = load_params().get("report") or {}
     reports = REPO_ROOT / "reports"
     out = Path(args.out or reports / "comparison.md")
     figure = Path(args.figure or reports / "figures" / "comparison.png")
-    build(Path(args.metrics_dir or reports / "metrics"), out, figure, preferred)
+    build(Path(args.metrics_dir or reports / "metrics"), out, figure, report.get("methods"),
+          report.get("corpora"), reports / "timings")
     print(f"comparison -> {out}, {figure}")
 
 

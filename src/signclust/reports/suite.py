@@ -1,0 +1,213 @@
+"""Stage `suite_report`: our clusterer against every row on the multi-script suite, and the targets.
+
+    python -m signclust.reports.suite
+
+Reads reports/metrics/<run>_<corpus>.json (the evaluate stage) for the corpora of params.yaml
+``report.suite.corpora`` (the suite, then the built-in corpora the targets also name) and writes
+
+- reports/suite.md: per corpus ours (``report.suite.ours``) beside the reference rows, the best
+  deep baseline and K found against K true; the mean of every row over the suite; and each
+  target of ``report.suite.targets`` with its verdict, measured on these numbers;
+- reports/figures/suite.png: V per corpus (ours, the references, the best deep baseline) and
+  K found against K true.
+
+Missing metrics files are an error naming them (run ``dvc repro`` first), so a table never
+silently drops a row.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from signclust.config import REPO_ROOT, load_params
+from signclust.errors import UserError, cli_main
+from signclust.io import atomic_path, atomic_write_text
+
+DEFAULTS = {
+    "ours": "lm",
+    "references": ["ward_pixels", "ward_glyphs"],
+    "deep": ["jule", "deepcluster", "twostage", "swav", "deepdpm"],
+    "rows": [],
+    "corpora": [],
+    "builtin": [],
+    "targets": {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2, "k_median_within": 0.1,
+                "free_v": 0.97},
+}
+
+
+def config(params: dict) -> dict:
+    cfg = {**DEFAULTS, **((params.get("report") or {}).get("suite") or {})}
+    cfg["targets"] = {**DEFAULTS["targets"], **(cfg.get("targets") or {})}
+    if not cfg["corpora"]:
+        raise UserError("params.yaml report.suite.corpora is empty")
+    return cfg
+
+
+def load(metrics_dir: Path, runs: list[str], corpora: list[str]) -> dict[tuple[str, str], dict]:
+    docs, missing = {}, []
+    for corpus in corpora:
+        for run in runs:
+            path = Path(metrics_dir) / f"{run}_{corpus}.json"
+            if path.is_file():
+                docs[run, corpus] = json.loads(path.read_text())
+            else:
+                missing.append(path.name)
+    if missing:
+        raise UserError(f"{len(missing)} metrics file(s) missing in {metrics_dir}, e.g. {', '.join(missing[:4])}; "
+                        "run the evaluate stages first (dvc repro)")
+    return docs
+
+
+def regime(corpus: str) -> str:
+    return corpus.rsplit("_", 1)[1] if "_" in corpus else "built-in"
+
+
+def mean(doc: dict, key: str = "v_measure") -> float:
+    return float(doc["mean"][key])
+
+
+def best_of(docs: dict, runs: list[str], corpus: str) -> tuple[str, float]:
+    run = max(runs, key=lambda r: mean(docs[r, corpus]))
+    return run, mean(docs[run, corpus])
+
+
+def verdicts(docs: dict, cfg: dict) -> list[dict]:
+    """Each target of the issue, measured on the evaluate stage's numbers."""
+    t, ours = cfg["targets"], cfg["ours"]
+    suite, every = cfg["corpora"], cfg["corpora"] + cfg["builtin"]
+    others = [r for r in cfg["rows"] if r != ours]
+    out = []
+    margins = {c: mean(docs[ours, c]) - mean(docs[t["margin_over"], c]) for c in every}
+    bad = [f"{c} ({m:+.3f})" for c, m in margins.items() if m < t["margin"]]
+    out.append({"target": f"native V ≥ {t['margin_over']} + {t['margin']} on every corpus",
+                "measured": f"{len(every) - len(bad)}/{len(every)} corpora; smallest margin "
+                            f"{min(margins.values()):+.3f}", "ok": not bad, "misses": bad})
+    suite_mean = {r: float(np.mean([mean(docs[r, c]) for c in suite])) for r in [ours] + others}
+    beaten = [r for r in others if suite_mean[r] >= suite_mean[ours]]
+    out.append({"target": "above every other row on the suite mean",
+                "measured": f"ours {suite_mean[ours]:.3f}; best other {max(others, key=suite_mean.get)} "
+                            f"{max(suite_mean[r] for r in others):.3f}", "ok": not beaten, "misses": beaten})
+    kerr = {c: (mean(docs[ours, c], "k_found") - docs[ours, c]["k_true"]) / docs[ours, c]["k_true"] for c in every}
+    far = [f"{c} ({e:+.0%})" for c, e in kerr.items() if abs(e) > t["k_within"]]
+    out.append({"target": f"K found within ±{t['k_within']:.0%} of K true on every corpus",
+                "measured": f"{len(every) - len(far)}/{len(every)} corpora", "ok": not far, "misses": far})
+    med = float(np.median(np.abs(list(kerr.values()))))
+    out.append({"target": f"median |K error| within {t['k_median_within']:.0%}",
+                "measured": f"{med:.0%}", "ok": med <= t["k_median_within"], "misses": []})
+    free = [c for c in suite if regime(c) == "free"]
+    low = [f"{c} ({mean(docs[ours, c]):.3f})" for c in free if mean(docs[ours, c]) < t["free_v"]]
+    out.append({"target": f"native V ≥ {t['free_v']} on the free-variation corpora",
+                "measured": f"{len(free) - len(low)}/{len(free)} corpora", "ok": not low, "misses": low})
+    return out
+
+
+def _v(doc: dict) -> str:
+    return f"{doc['mean']['v_measure']:.3f} ± {doc['std'].get('v_measure', 0.0):.3f}"
+
+
+def markdown(docs: dict, cfg: dict, seeds: dict[str, int]) -> str:
+    ours, refs, deep = cfg["ours"], cfg["references"], cfg["deep"]
+    every = cfg["corpora"] + cfg["builtin"]
+    lines = ["# The multi-script suite: our clusterer against every row", "",
+             "Written by `python -m signclust.reports.suite` from the evaluate stage's metrics "
+             "(`reports/metrics/`); native V-measure, mean ± std over seeds. Corpora: the UDHR in six "
+             "scripts, three regimes each (`free`: typefaces mixed within every text, `hands`: one hand "
+             "per text, `handwriting`: one writer per text with strong per-token variation), then the "
+             "built-in corpora. Seeds per row: "
+             + ", ".join(f"`{r}` {n}" for r, n in seeds.items()) + ".", "",
+             "## Ours beside the references", "",
+             f"| corpus | K true | `{ours}` V | K found | " + " | ".join(f"`{r}` V" for r in refs)
+             + " | best deep baseline (given K) | margin over `" + cfg["targets"]["margin_over"] + "` |",
+             "|---|---:|---:|---:|" + "---:|" * len(refs) + "---|---:|"]
+    for c in every:
+        d = docs[ours, c]
+        name, v = best_of(docs, deep, c)
+        margin = mean(d) - mean(docs[cfg["targets"]["margin_over"], c])
+        lines.append(f"| {c} | {d['k_true']} | **{_v(d)}** | {d['mean']['k_found']:.0f} | "
+                     + " | ".join(_v(docs[r, c]) for r in refs) + f" | `{name}` {v:.3f} | {margin:+.3f} |")
+    lines += ["", "## Every row, suite mean and per regime", "",
+              "| row | suite mean V | free | hands | handwriting | " + " | ".join(cfg["builtin"]) + " |",
+              "|---|---:|---:|---:|---:|" + "---:|" * len(cfg["builtin"])]
+    for r in cfg["rows"]:
+        per = {g: [mean(docs[r, c]) for c in cfg["corpora"] if regime(c) == g] for g in ("free", "hands", "handwriting")}
+        cells = [f"{np.mean([mean(docs[r, c]) for c in cfg['corpora']]):.3f}"] + \
+                [f"{np.mean(v):.3f}" if v else "–" for v in per.values()] + \
+                [f"{mean(docs[r, c]):.3f}" for c in cfg["builtin"]]
+        label = f"**`{r}`**" if r == ours else f"`{r}`"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "## Targets", "", "| target | measured | verdict | misses |", "|---|---|---|---|"]
+    for v in verdicts(docs, cfg):
+        lines.append(f"| {v['target']} | {v['measured']} | {'met' if v['ok'] else '**not met**'} | "
+                     f"{', '.join(v['misses']) or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(docs: dict, cfg: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    every = cfg["corpora"] + cfg["builtin"]
+    shown = [cfg["ours"]] + cfg["references"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(16, 5.5), gridspec_kw={"width_ratios": [3, 1]})
+    x = np.arange(len(every))
+    width = 0.8 / (len(shown) + 1)
+    for i, r in enumerate(shown):
+        ax.bar(x + i * width, [mean(docs[r, c]) for c in every], width, label=r)
+    ax.bar(x + len(shown) * width, [best_of(docs, cfg["deep"], c)[1] for c in every], width,
+           label="best deep baseline (given K)", color="0.6")
+    ax.set_xticks(x + 0.4 - width / 2, every, rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("native V-measure")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8, loc="lower left")
+    ax.set_title("V-measure per corpus")
+    kt = np.array([docs[cfg["ours"], c]["k_true"] for c in every], dtype=float)
+    kf = np.array([mean(docs[cfg["ours"], c], "k_found") for c in every])
+    for g, marker in (("free", "o"), ("hands", "s"), ("handwriting", "^"), ("built-in", "D")):
+        sel = np.array([regime(c) == g for c in every])
+        if sel.any():
+            bx.scatter(kt[sel], kf[sel], marker=marker, label=g)
+    lo, hi = 10, 1.5 * max(kt.max(), kf.max())
+    grid = np.geomspace(lo, hi, 50)
+    bx.plot(grid, grid, "k-", lw=0.8)
+    bx.fill_between(grid, 0.8 * grid, 1.2 * grid, color="0.85", label="±20%")
+    bx.set_xscale("log")
+    bx.set_yscale("log")
+    bx.set_xlabel("K true")
+    bx.set_ylabel(f"K found by {cfg['ours']}")
+    bx.legend(fontsize=8)
+    bx.set_title("number of types")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def build(params: dict, metrics_dir: Path, out_md: Path, out_png: Path | None) -> str:
+    cfg = config(params)
+    runs = list(dict.fromkeys([cfg["ours"], *cfg["references"], *cfg["deep"], *cfg["rows"]]))
+    every = cfg["corpora"] + cfg["builtin"]
+    docs = load(metrics_dir, runs, every)
+    seeds = {r: max(docs[r, c]["n_seeds"] for c in every) for r in runs}
+    text = markdown(docs, cfg, seeds)
+    atomic_write_text(out_md, text)
+    if out_png is not None:
+        figure(docs, cfg, out_png)
+    return text
+
+
+@cli_main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--metrics-dir", default=str(REPO_ROOT / "reports" / "metrics"))
+    ap.add_argument("--out", default=str(REPO_ROOT / "reports" / "suite.md"))
+    ap.add_argument("--figure", default=str(REPO_ROOT / "reports" / "figures" / "suite.png"))
+    args = ap.parse_args(argv)
+    text = build(load_params(), Path(args.metrics_dir), Path(args.out), Path(args.figure))
+    print(text.split("## Targets", 1)[1].strip())
+
+
+if __name__ == "__main__":
+    main()
