@@ -3,8 +3,9 @@
 The fast tests interrupt fits in-process (an exception after the k-th checkpoint save, the way a
 kill after that epoch would) and check the key, the lock and the files. The slow test kills the
 real train CLI with SIGKILL at random epochs, resumes it and compares the run folder byte for
-byte with an uninterrupted run; it is parametrised by run name (add `lm` to KILL_RUNS once
-lm_clusterer.py checkpoints through signclust.models.checkpoint).
+byte with an uninterrupted run; it is parametrised by run name: the gradient LM (lm_v1) and two
+deep baselines. Our merge-move LM (lm) has no epochs: a fit takes seconds and is not checkpointed
+(a kill loses that fit only; test_legacy_checkpointing_class_gets_a_content_keyed_folder).
 """
 from __future__ import annotations
 
@@ -274,6 +275,7 @@ finally:
 # fast in-process test above; these two run the real thing (DeepDPM: across its AE and DPM phases).
 # Add "lm" once lm_clusterer.py checkpoints through signclust.models.checkpoint.
 KILL_RUNS = {
+    "lm_v1": ({"epochs": 8, "d": 8, "hidden": 16, "init_threshold": 0.0, "s": 6}, ["after", "during"]),
     "deepcluster": ({"epochs": 9, "width": 8, "feat_dim": 32, "pca_dim": 16}, ["after", "during", "after"]),
     "deepdpm": ({"features": "ae", "ae_epochs": 3, "ae_width": 8, "max_epochs": 40, "start_computing_params": 5,
                  "start_sub_clustering": 10, "start_splitting": 15, "split_merge_every": 5}, ["after", "during"]),

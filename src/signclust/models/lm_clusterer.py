@@ -69,6 +69,8 @@ class LMConfig:
                                      doc="a within-text nearest neighbour this much nearer than the 2nd is a pair")
     max_linkage_tokens: int = config_field(20000, int, min=2,
                                            doc="above this, micro-clusters come from k-means (tokens / 8)")
+    max_types: int = config_field(4000, int, min=2,
+                                  doc="at most this many micro-clusters: the merge loop holds a few (K, K) arrays")
     # the three terms of the merge gain
     w_lm: float = config_field(1.0, float, min=0, doc="weight of dL_LM (context)")
     w_hom: float = config_field(1.0, float, min=0, doc="weight of dL_hom (visual pair evidence)")
@@ -216,14 +218,19 @@ def corpus_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed
 def micro_clusters(x: np.ndarray, image_index: np.ndarray, clean: bool, pair: PairModel | None,
                    cfg: LMConfig, seed: int) -> np.ndarray:
     """The starting partition: distinct images (clean corpus), else average linkage cut where the
-    pair model's odds are even (k-means with n/8 clusters above max_linkage_tokens)."""
+    pair model's odds are even (k-means with n/8 clusters above max_linkage_tokens); at most
+    ``max_types`` clusters either way (k-means of the visual features beyond that)."""
+    from signclust.models.baselines._nets import faiss_kmeans
     if clean or pair is None:
-        return np.unique(image_index, return_inverse=True)[1]
-    if len(x) > cfg.max_linkage_tokens:
-        from signclust.models.baselines._nets import faiss_kmeans
-        return faiss_kmeans(x, max(2, len(x) // 8), seed=seed, niter=20)[0]
-    from scipy.cluster.hierarchy import fcluster, linkage
-    return fcluster(linkage(x, "average"), pair.even_odds, "distance") - 1
+        z = np.unique(image_index, return_inverse=True)[1]
+    elif len(x) > cfg.max_linkage_tokens:
+        z = faiss_kmeans(x, min(cfg.max_types, max(2, len(x) // 8)), seed=seed, niter=20)[0]
+    else:
+        from scipy.cluster.hierarchy import fcluster, linkage
+        z = fcluster(linkage(x, "average"), pair.even_odds, "distance") - 1
+    if z.max() + 1 > cfg.max_types:
+        z = faiss_kmeans(x, cfg.max_types, seed=seed, niter=20)[0]
+    return z
 
 
 # --------------------------------------------------------------------------- the three terms
