@@ -1,0 +1,113 @@
+"""The DVC pipeline re-runs only what changed.
+
+Fast: dvc.yaml itself — every stage depends on files (never a source folder) and on exact
+parameter keys (never a whole section that other methods share), each train stage on its own
+method's source, and no cache folder is ever hashed.
+Slow: a scratch clone of the repository runs a few real stages, then shows that a second
+`dvc repro` does nothing, that a comment in our model's file makes only our model's stages stale,
+and that changing our model's parameters leaves a baseline's stage up to date.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from signclust.config import REPO_ROOT
+
+DVC = Path(sys.executable).with_name("dvc")
+SHARED_SECTIONS = {"models", "runs", "presets", "train", "prepare", "report", "evaluate"}
+
+
+def stages() -> dict:
+    return yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"]
+
+
+def deps_of(stage: dict) -> list[str]:
+    body = stage.get("do", stage)
+    return [d if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])]
+
+
+def params_of(stage: dict) -> list[str]:
+    body = stage.get("do", stage)
+    return [p if isinstance(p, str) else next(iter(p)) for p in body.get("params", [])]
+
+
+def test_stages_depend_on_files_and_exact_param_keys():
+    for name, stage in stages().items():
+        for dep in deps_of(stage):
+            if dep.startswith("src/"):
+                assert dep.endswith(".py"), f"{name} depends on the folder {dep}: name the files"
+                if "${" not in dep:
+                    assert (REPO_ROOT / dep).is_file(), f"{name}: {dep} does not exist"
+        for key in params_of(stage):
+            assert key not in SHARED_SECTIONS, f"{name} tracks the whole '{key}' section"
+
+
+def test_each_train_stage_reads_only_its_own_method():
+    own = {"train_lm": "lm_clusterer.py", "train_lm_gradient": "lm_gradient.py",
+           "train_classical": "classical.py", "train_deep": "${item.run}.py", "train_deep_suite": "${item.run}.py"}
+    models = ("lm_clusterer.py", "lm_gradient.py", "classical.py", "jule.py", "deepcluster.py", "swav.py",
+              "twostage.py", "deepdpm.py")
+    trains = {n: s for n, s in stages().items() if n.startswith("train")}
+    assert set(trains) == set(own)
+    for name, stage in trains.items():
+        files = {Path(d).name for d in deps_of(stage)}
+        assert own[name] in files
+        assert not (files & set(models)) - {own[name]}, f"{name} depends on another method's file"
+        assert f"runs.${{item.run}}" in params_of(stage)
+
+
+def test_caches_are_outside_every_hashed_dependency():
+    ignore = (REPO_ROOT / ".dvcignore").read_text().split()
+    assert "__pycache__/" in ignore and "*.nbc" in ignore and "*.pyc" in ignore
+
+
+# -- a scratch clone, real stages -------------------------------------------------------------------
+
+def dvc(repo: Path, *args: str) -> str:
+    env = {**os.environ, "PATH": f"{DVC.parent}:{os.environ.get('PATH', '')}", "SIGNCLUST_MLFLOW": "0"}
+    out = subprocess.run([str(DVC), *args], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DVC.exists(), reason="dvc is not installed in this interpreter's environment")
+def test_second_repro_is_a_noop_and_an_edit_reruns_only_its_stages(tmp_path):
+    repo = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(repo)], check=True)
+    # what this test changes and runs, with one seed to keep it short
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["train"]["seeds"] = [0]
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    subprocess.run(["git", "commit", "-qam", "one seed"], cwd=repo, check=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})
+    lm, ward = "train_lm@lm-cypriot", "train_classical@ward_pixels-cypriot"
+    dvc(repo, "repro", "-s", "prepare@cypriot")
+    dvc(repo, "repro", "-s", lm)
+    dvc(repo, "repro", "-s", ward)
+    # importing every module (as a test run or an editor does) writes __pycache__: still clean
+    subprocess.run([sys.executable, "-c", "import signclust.models.base as b; b._import_all()"], cwd=repo,
+                   env={**os.environ, "PYTHONPATH": str(repo / "src")}, check=True)
+    assert "up to date" in dvc(repo, "status", lm, ward) or dvc(repo, "status", lm, ward).strip() == ""
+    again = dvc(repo, "repro", lm, ward)
+    assert "didn't change, skipping" in again or "is cached" in again or "up to date" in again.lower()
+    assert "Running stage" not in again
+    # a comment in our model's file: only our model's stage is stale
+    source = repo / "src" / "signclust" / "models" / "lm_clusterer.py"
+    source.write_text(source.read_text() + "\n# a comment\n")
+    status = dvc(repo, "status", lm, ward)
+    assert lm in status and ward not in status
+    shutil.copy(REPO_ROOT / "src" / "signclust" / "models" / "lm_clusterer.py", source)
+    # our model's parameters: the baseline stays up to date
+    params["runs"]["lm"]["params"] = {"context_beta": 0.2}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    status = dvc(repo, "status", lm, ward)
+    assert lm in status and ward not in status
