@@ -83,10 +83,11 @@ def test_rows_named_by_other_sections_exist():
         get_clusterer(method, **{**cfg, **(reduction.get("params") or {})})
     assert set(PARAMS["report"]["methods"]) <= runs
     dvc = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())
-    trained = {r for name, stage in dvc["stages"].items() if name.startswith("train")
+    trained = {r for name, stage in dvc["stages"].items() if name.startswith("train_") and "matrix" in stage
                for r in stage["matrix"]["run"]}
+    on_suite = {r for name, stage in dvc["stages"].items() if name.startswith("train_suite_") for r in stage["foreach"]}
     evaluated = set(dvc["stages"]["evaluate"]["matrix"]["run"])
-    assert trained <= runs and evaluated == trained
+    assert trained <= runs and evaluated == trained == on_suite == set(dvc["stages"]["evaluate_suite"]["foreach"])
     suite = PARAMS["report"]["suite"]
     assert set(suite["rows"]) <= evaluated and {suite["ours"], *suite["references"], *suite["deep"]} <= evaluated
     for claim in PARAMS["reproduce"]["claims"]:

@@ -49,9 +49,17 @@ def test_stages_depend_on_files_and_exact_param_keys():
             assert key not in SHARED_SECTIONS, f"{name} tracks the whole '{key}' section"
 
 
+def test_dvc_yaml_is_what_the_generator_writes():
+    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "make_dvc_yaml.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_each_train_stage_reads_only_its_own_method():
-    own = {"train_lm": "lm_clusterer.py", "train_lm_gradient": "lm_gradient.py",
-           "train_classical": "classical.py", "train_deep": "${item.run}.py", "train_deep_suite": "${item.run}.py"}
+    own = {"train_lm": "lm_clusterer.py", "train_lm_gradient": "lm_gradient.py", "train_classical": "classical.py",
+           "train_deep": "${item.run}.py", "train_suite_lm": "lm_clusterer.py",
+           "train_suite_lm_gradient": "lm_gradient.py", "train_suite_classical": "classical.py",
+           "train_suite_deep": "${item}.py"}
     models = ("lm_clusterer.py", "lm_gradient.py", "classical.py", "jule.py", "deepcluster.py", "swav.py",
               "twostage.py", "deepdpm.py")
     trains = {n: s for n, s in stages().items() if n.startswith("train")}
@@ -60,7 +68,7 @@ def test_each_train_stage_reads_only_its_own_method():
         files = {Path(d).name for d in deps_of(stage)}
         assert own[name] in files
         assert not (files & set(models)) - {own[name]}, f"{name} depends on another method's file"
-        assert f"runs.${{item.run}}" in params_of(stage)
+        assert "runs.${item.run}" in params_of(stage) or "runs.${item}" in params_of(stage)
 
 
 def test_caches_are_outside_every_hashed_dependency():

@@ -142,38 +142,56 @@ def metrics_path(reports_dir: Path, method: str, corpus: str) -> Path:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("method")
-    ap.add_argument("corpus")
-    ap.add_argument("--corpus-dir", help="default data/corpora/<corpus>")
-    ap.add_argument("--runs-dir", help="default models/runs/<method>/<corpus>")
-    ap.add_argument("--out", help="default reports/metrics/<method>_<corpus>.json")
+    ap.add_argument("corpora", nargs="+", metavar="corpus", help="one or more corpora, evaluated in turn")
+    ap.add_argument("--corpus-dir", help="default data/corpora/<corpus> (one corpus only)")
+    ap.add_argument("--runs-dir", help="default models/runs/<method>/<corpus> (one corpus only)")
+    ap.add_argument("--out", help="default reports/metrics/<method>_<corpus>.json (one corpus only)")
     args = ap.parse_args(argv)
+    if len(args.corpora) > 1 and (args.corpus_dir or args.runs_dir or args.out):
+        raise UserError("--corpus-dir, --runs-dir and --out name one corpus's paths; give one corpus with them")
     cfg = config()
-    corpus = Corpus.load(args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus, mmap=True)
-    runs_dir = Path(args.runs_dir or REPO_ROOT / "models" / "runs" / args.method / args.corpus)
-    out = Path(args.out or metrics_path(REPO_ROOT / "reports", args.method, args.corpus))
-    with status(f"evaluate {args.method}/{args.corpus}: native + fixed-K Ward at "
+    for name in args.corpora:
+        evaluate_one(args.method, name, cfg, args.corpus_dir, args.runs_dir, args.out)
+
+
+def evaluate_one(method: str, name: str, cfg: dict, corpus_dir=None, runs_dir=None, out=None) -> dict:
+    corpus = Corpus.load(corpus_dir or REPO_ROOT / "data" / "corpora" / name, mmap=True)
+    runs_dir = Path(runs_dir or REPO_ROOT / "models" / "runs" / method / name)
+    out = Path(out or metrics_path(REPO_ROOT / "reports", method, name))
+    with status(f"evaluate {method}/{name}: native + fixed-K Ward at "
                 f"{len(cfg['fixed_k_offsets'])} K's per seed") as st:
-        doc = evaluate(corpus, runs_dir, cfg, args.method, args.corpus)
+        doc = evaluate(corpus, runs_dir, cfg, method, name)
         st.done(f"{doc['n_seeds']} seed(s)")
     write_json(out, doc)
     m, s = doc["mean"], doc["std"]
-    print(f"{args.method}/{args.corpus}: {doc['n_seeds']} seed(s), V = {m['v_measure']:.3f} ± {s['v_measure']:.3f}, "
+    print(f"{method}/{name}: {doc['n_seeds']} seed(s), V = {m['v_measure']:.3f} ± {s['v_measure']:.3f}, "
           f"fixed-K V = {m['fixed_k_v_measure']:.3f} ± {s['fixed_k_v_measure']:.3f}, "
           f"K {m['k_found']:.1f} vs {doc['k_true']} -> {out}")
     log_evaluation(doc, runs_dir, cfg, out)
+    return doc
 
 
 def train_runs(runs_dir: Path) -> dict[str, dict]:
-    """Per seed folder: the train run's MLflow id, configuration hash and parameters (info.json)."""
+    """Per seed folder: configuration hash and parameters (info.json) and the train run's MLflow id
+    (the train stage's timings file beside the run folders: run-to-run data, kept out of them)."""
     import json
+
+    from signclust.models.train import timings_path
+    runs_dir = Path(runs_dir)
+    try:
+        timing = json.loads(timings_path(runs_dir.parent.parent, runs_dir.parent.name, runs_dir.name)
+                            .read_text()).get("per_seed", {})
+    except (OSError, ValueError):
+        timing = {}
     out = {}
     for seed, folder in seed_folders(runs_dir):
         try:
             info = json.loads((folder / "info.json").read_text())
         except (OSError, ValueError):
             info = {}
-        out[f"seed{seed}"] = {"run_id": info.get("mlflow_run_id"), "config": info.get("config_hash"),
-                              "params": info.get("params") or {}, "preset": info.get("preset")}
+        out[f"seed{seed}"] = {"run_id": (timing.get(f"seed{seed}") or {}).get("mlflow_run_id"),
+                              "config": info.get("config_hash"), "params": info.get("params") or {},
+                              "preset": info.get("preset")}
     return out
 
 

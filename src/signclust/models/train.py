@@ -325,7 +325,7 @@ def _prune_empty(folder: Path, stop: Path) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a run name of params.yaml `runs`")
-    ap.add_argument("corpus")
+    ap.add_argument("corpora", nargs="+", metavar="corpus", help="one or more corpora, trained in turn")
     ap.add_argument("--seeds", type=int, nargs="+", help="default: params.yaml train.seeds")
     ap.add_argument("--seed-set", help="use params.yaml train.seed_sets.NAME (e.g. suite_deep) instead")
     ap.add_argument("--corpus-dir", type=Path)
@@ -343,12 +343,15 @@ def main(argv=None):
         seeds = sets[args.seed_set]
     else:
         seeds = args.seeds if args.seeds is not None else train_cfg.get("seeds", [0])
+    if len(args.corpora) > 1 and (args.corpus_dir or args.dist_dir):
+        raise UserError("--corpus-dir and --dist-dir name one corpus's folders; give one corpus with them")
     out_root = args.out or REPO_ROOT / "models" / "runs"
-    train(args.run, args.corpus, seeds, params,
-          corpus_dir=args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus,
-          dist_dir=args.dist_dir or REPO_ROOT / "data" / "distances" / args.corpus,
-          out_root=out_root, ckpt_root=checkpoint_root(out_root),
-          progress=not args.no_progress)
+    for name in args.corpora:
+        train(args.run, name, seeds, params,
+              corpus_dir=args.corpus_dir or REPO_ROOT / "data" / "corpora" / name,
+              dist_dir=args.dist_dir or REPO_ROOT / "data" / "distances" / name,
+              out_root=out_root, ckpt_root=checkpoint_root(out_root),
+              progress=not args.no_progress)
 
 
 if __name__ == "__main__":
