@@ -2,7 +2,7 @@
 end-of-text target and the L_dup similarity against hand-computed values; determinism,
 checkpoint/resume; the literal seed's collapse and the lm_v1 defaults' recovery of an obvious corpus.
 
-scripts/lm_breakages.py breaks the module in four known ways on a scratch copy and runs this file:
+`python scripts/breakages.py lm` breaks the module in four known ways on a scratch copy and runs this file:
 each breakage must fail a test here (the report lists which)."""
 from __future__ import annotations
 
