@@ -50,6 +50,11 @@ def test_rectangular_accuracy_and_purity_by_hand():
     assert clustering_accuracy(pred, gold) == pytest.approx(4 / 6)
 
 
+def test_accuracy_of_no_tokens_is_nan_not_an_error():
+    with pytest.warns(RuntimeWarning):
+        assert math.isnan(clustering_accuracy(np.array([], dtype=int), np.array([], dtype=int)))
+
+
 def test_v_measure_from_entropies_2x2():
     gold = np.array([0, 0, 1, 1])
     pred = np.array([0, 0, 0, 1])

@@ -92,6 +92,16 @@ def test_fixed_k_offsets_are_the_protocols_and_other_offsets_are_honoured():
     assert two["fixed_k_v_measure"] == pytest.approx((2 * h / (1 + h) + 1.0) / 2, abs=1e-12)
 
 
+def test_fixed_k_at_k_true_two_is_the_two_cluster_cut():
+    """K_true = 2 (A and B one class, C the other): V at K_true is the K = 2 cut, which Ward gets
+    exactly right; K = 3 would split the first class."""
+    x, gold = _fixed_k_case()
+    gold = (gold == 2).astype(int)
+    out = fixed_k_scores(gold, x)
+    assert set(out["fixed_k_per_k"]) == {"2", "7", "12"}            # 2 + (-15 .. 15) clamped to [2, 12]
+    assert out["fixed_k_v_at_ktrue"] == out["fixed_k_per_k"]["2"] == 1.0
+
+
 def test_fixed_k_cuts_equal_a_ward_refit_at_every_k():
     """One Ward tree cut at each K gives the clustering a Ward fit at that K gives (V for V), also
     at K = n, which scipy's cut_tree gets wrong when asked for it after a smaller K."""
