@@ -262,9 +262,16 @@ TINY = {
 }
 
 
+# seed 0 on glyph_corpus(): what each tiny fit finds, measured (V, K): DeepCluster and SwAV every
+# type (1.000, 3); Two-stage merges two of the three (0.734, 2), as the TINY note says for 4 of 5 seeds
+FOUND = {"deepcluster": (3, 0.999), "swav": (3, 0.999), "twostage": (2, 0.7)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_deep_method_finds_the_three_glyph_types(name):
+def test_deep_method_on_the_three_glyph_types(name):
+    """DeepCluster and SwAV find the three glyph types exactly; Two-stage (at these settings) keeps
+    two of them apart and merges the third: a regression on either side fails."""
     corpus = glyph_corpus()
     logged = []
     ctx = FitContext(seed=0, n_clusters=3, progress=False, device="cpu",
@@ -272,9 +279,10 @@ def test_deep_method_finds_the_three_glyph_types(name):
     result = get_clusterer(name, **TINY[name]).fit(corpus, ctx)
     assert result.labels.shape == (corpus.n_tokens,)
     assert len(result.embedding) == corpus.n_tokens
-    assert result.info["k_found"] == len(np.unique(result.labels)) <= 3
+    k, v_min = FOUND[name]
+    assert result.info["k_found"] == len(np.unique(result.labels)) == k
     assert logged and logged == sorted(logged)
-    assert score(corpus.labels(), result.labels)["v_measure"] > 0.5
+    assert score(corpus.labels(), result.labels)["v_measure"] > v_min
 
 
 @pytest.mark.parametrize("name", sorted(TINY))

@@ -192,8 +192,8 @@ def test_mlflow_links_train_and_evaluate_runs_and_tags_resumed(tiny_corpus, save
     from signclust.models.train import train
     client = mlflow_store
     params = {"train": {"seeds": [0], "device": "cpu"},
-              "runs": {"ward_raw": {"method": "ward", "params": {"pca_dim": 0}}, "lm": {"method": "lm"}},
-              "models": {"lm": {"epochs": 2}}, "presets": {}}
+              "runs": {"ward_raw": {"method": "ward", "params": {"pca_dim": 0}}, "lm_v1": {"method": "lm_gradient"}},
+              "models": {"lm_gradient": {"epochs": 2}}, "presets": {}}
     folder = saved_corpus(tiny_corpus(n_types=3, per_type=8, n_texts=3), "tiny")
     out = tmp_path / "runs"
     summary = train("ward_raw", "tiny", [0, 1], params, corpus_dir=folder, dist_dir=None, out_root=out,
@@ -218,17 +218,31 @@ def test_mlflow_links_train_and_evaluate_runs_and_tags_resumed(tiny_corpus, save
     model = SignClusterer.load(f"runs:/{ids[0]}/run", corpus=folder)
     assert (model.labels_ == np.loadtxt(out / "ward_raw" / "tiny" / "seed0" / "assignment.csv", delimiter=",",
                                         skiprows=1, usecols=1)).all()
-    # a fit resumed from its finished checkpoint says so, and keeps its per-epoch history
+    # a fit killed after its first epoch's checkpoint, run again, says it resumed and from where (the
+    # gradient LM: the row of ours that trains in epochs; a finished fit removes its checkpoint)
+    from signclust.models.checkpoint import FitCheckpoint
     ckpt = tmp_path / "ckpt"
-    first = train("lm", "tiny", [0], params, corpus_dir=folder, dist_dir=None, out_root=out, ckpt_root=ckpt,
+    save = FitCheckpoint.save
+
+    def save_then_die(self, state):
+        save(self, state)
+        raise KeyboardInterrupt
+
+    FitCheckpoint.save = save_then_die
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train("lm_v1", "tiny", [0], params, corpus_dir=folder, dist_dir=None, out_root=out, ckpt_root=ckpt,
+                  progress=False)
+    finally:
+        FitCheckpoint.save = save
+    again = train("lm_v1", "tiny", [0], params, corpus_dir=folder, dist_dir=None, out_root=out, ckpt_root=ckpt,
                   progress=False)[0]
-    hist = (out / "lm" / "tiny" / "seed0" / "history.csv").read_text().splitlines()
-    assert hist[0].startswith("epoch,") and len(hist) == 3
-    again = train("lm", "tiny", [0], params, corpus_dir=folder, dist_dir=None, out_root=out, ckpt_root=ckpt,
-                  progress=False)[0]
-    assert not first["resumed"] and again["resumed"]
+    assert again["resumed"]
     tags = client.get_run(again["mlflow_run_id"]).data.tags
-    assert tags["resumed"] == "true" and tags["resumed_from_epoch"] == "2"
-    assert client.get_run(first["mlflow_run_id"]).data.tags["resumed"] == "false"
-    assert (out / "lm" / "tiny" / "seed0" / "history.csv").read_text().splitlines() == hist
-    assert json.loads((out / "lm" / "tiny" / "seed0" / "info.json").read_text())["resumed"] is True
+    assert tags["resumed"] == "true" and tags["resumed_from_epoch"] == "1"
+    fresh = train("lm_v1", "tiny", [0], params, corpus_dir=folder, dist_dir=None, out_root=tmp_path / "fresh",
+                  ckpt_root=ckpt, progress=False)[0]
+    assert not fresh["resumed"] and client.get_run(fresh["mlflow_run_id"]).data.tags["resumed"] == "false"
+    assert (out / "lm_v1" / "tiny" / "seed0" / "assignment.csv").read_text() == \
+        (tmp_path / "fresh" / "lm_v1" / "tiny" / "seed0" / "assignment.csv").read_text()
+    assert "resumed" not in json.loads((out / "lm_v1" / "tiny" / "seed0" / "info.json").read_text())  # noise: MLflow only

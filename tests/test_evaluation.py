@@ -50,6 +50,11 @@ def test_rectangular_accuracy_and_purity_by_hand():
     assert clustering_accuracy(pred, gold) == pytest.approx(4 / 6)
 
 
+def test_accuracy_of_no_tokens_is_nan_not_an_error():
+    with pytest.warns(RuntimeWarning):
+        assert math.isnan(clustering_accuracy(np.array([], dtype=int), np.array([], dtype=int)))
+
+
 def test_v_measure_from_entropies_2x2():
     gold = np.array([0, 0, 1, 1])
     pred = np.array([0, 0, 0, 1])
@@ -130,6 +135,49 @@ def test_evaluate_needs_gold_labels(tmp_path):
 def test_evaluate_without_runs_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no run folders"):
         ev.evaluate(tiny_corpus(), tmp_path, ev.config({}))
+
+
+def _evaluate_cli(tmp_path, capsys):
+    """Runs the stage's main on tmp_path/runs; -> (exit status, stderr lines, whether it wrote)."""
+    out = tmp_path / "m_tiny.json"
+    with pytest.raises(SystemExit) as stop:
+        ev.main(["m", "tiny", "--corpus-dir", str(tmp_path / "corpus"), "--runs-dir", str(tmp_path / "runs"),
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return stop.value.code, [line for line in err.splitlines() if line.startswith("error")], out.exists()
+
+
+@pytest.mark.parametrize("case", ["fewer labels", "more labels", "nan embedding", "inf embedding",
+                                  "embedding rows"])
+def test_evaluate_stage_refuses_a_run_that_does_not_fit_the_corpus(tmp_path, capsys, case):
+    """A run folder whose assignment does not cover the corpus, or whose embedding holds NaN/inf or
+    has another number of rows: one `error:` line naming the folder, exit 2, nothing written."""
+    corpus = tiny_corpus()
+    corpus.save(tmp_path / "corpus")
+    gold = corpus.labels()
+    good = tmp_path / "runs" / "seed0"
+    save_result(ClusterResult(gold, blob_embedding(gold, 4, 0)), good)
+    bad = tmp_path / "runs" / "seed1"
+    emb = blob_embedding(gold, 4, 1)
+    if case == "fewer labels":
+        save_result(ClusterResult(gold[:11], emb[:11]), bad)
+    elif case == "more labels":
+        save_result(ClusterResult(np.r_[gold, 0], np.vstack([emb, emb[:1]])), bad)
+    else:
+        save_result(ClusterResult(gold, emb), bad)
+        if case == "embedding rows":
+            np.save(bad / "embedding.npy", emb[:10])           # edited by hand: 10 rows for 12 labels
+        else:
+            emb[3, 1] = np.nan if case == "nan embedding" else np.inf
+            np.save(bad / "embedding.npy", emb)
+    code, err, wrote = _evaluate_cli(tmp_path, capsys)
+    assert code == 2 and not wrote
+    assert len(err) == 1 and err[0].startswith("error: ") and str(bad) in err[0], err   # the status line aside
+    expected = {"fewer labels": "11 assigned tokens, corpus has 12", "more labels": "13 assigned tokens",
+                "nan embedding": "NaN or infinite", "inf embedding": "NaN or infinite",
+                "embedding rows": "disagree on the number of tokens"}[case]
+    assert expected in err[0]
 
 
 def test_narrow_embedding_is_not_reduced():

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from signclust.config import load_params
 from signclust.errors import UserError
 from signclust.reports import reproduce as rp
 
@@ -102,3 +103,92 @@ def test_paper_check_setting_by_scale():
     assert ci["reduced"] and ci["ci_reduced"] and ci["ci_tolerance"] == 0.1
     exact = check_setting(same, params, "ci")
     assert exact == {**same, "ci_reduced": False, "ci_tolerance": 0.02}
+
+
+# -- every seed, every figure ------------------------------------------------------------------
+
+FIGS = {"v_measure": 0.61, "fixed_k_v_measure": 0.55, "k_found": 53, "ari": 0.2}
+
+
+def _full_doc(per_seed: dict, figures=tuple(FIGS), tolerance=rp.TOLERANCE):
+    mean = {k: sum(s[k] for s in per_seed.values()) / len(per_seed) for k in FIGS}
+    return {"method": "lm", "corpus": "c", "k_true": 53, "mean": mean,
+            "per_seed": {f"seed{s}": v for s, v in per_seed.items()},
+            "ci": {"reduced": False, "overrides": {}, "tolerance": tolerance, "figures": list(figures)}}
+
+
+def _committed_doc(tmp_path, per_seed: dict):
+    mean = {k: sum(s[k] for s in per_seed.values()) / len(per_seed) for k in FIGS}
+    (tmp_path / "lm_c.json").write_text(json.dumps({"mean": mean, "per_seed": {f"seed{s}": v for s, v in per_seed.items()}}))
+
+
+def test_every_seed_and_every_figure_is_compared_with_the_same_seed(tmp_path):
+    committed = {s: {k: v + 0.01 * s for k, v in FIGS.items()} for s in (0, 1, 2)}
+    _committed_doc(tmp_path, committed)
+    ci = {s: dict(v) for s, v in committed.items()}
+    ci[2]["ari"] += 0.0015                 # beyond 1e-3
+    ci[1]["k_found"] += 1                  # one more type found
+    ci[0]["fixed_k_v_measure"] -= 0.0009   # within 1e-3
+    verdicts = rp.table_verdicts([_full_doc(ci)], tmp_path)
+    assert len(verdicts) == 3 * 4
+    assert {(v["what"].split(": ")[1], v["note"].split()[1]) for v in verdicts} == \
+        {(k, str(s)) for k in FIGS for s in (0, 1, 2)}
+    failed = sorted((v["what"], v["note"]) for v in verdicts if not v["ok"])
+    assert failed == [("lm on c: ari", "seed 2 vs committed seed 2"), ("lm on c: k_found", "seed 1 vs committed seed 1")]
+    for v in verdicts:                     # each against its own seed's committed figure
+        seed, key = int(v["note"].split()[1]), v["what"].split(": ")[1]
+        assert v["committed"] == committed[seed][key]
+
+
+def test_same_seed_tolerance_is_a_thousandth_by_default_and_in_params():
+    assert rp.TOLERANCE == 0.001
+    cfg = load_params()["reproduce"]
+    assert float(cfg["tolerance"]) <= 0.001
+    assert set(cfg["figures"]) >= {"v_measure", "fixed_k_v_measure", "k_found", "ari"}
+    assert len(cfg["seeds"]) >= 2           # not only seed 0
+
+
+def test_a_figure_the_committed_file_lacks_fails(tmp_path):
+    committed = {0: {k: v for k, v in FIGS.items() if k != "ari"}}
+    (tmp_path / "lm_c.json").write_text(json.dumps({"mean": committed[0], "per_seed": {"seed0": committed[0]}}))
+    verdicts = rp.table_verdicts([_full_doc({0: dict(FIGS)})], tmp_path)
+    bad = [v for v in verdicts if not v["ok"]]
+    assert [v["what"] for v in bad] == ["lm on c: ari"] and "has no such figure" in bad[0]["note"]
+
+
+def test_reduced_row_compares_its_own_figures_with_the_committed_mean(tmp_path):
+    _committed_doc(tmp_path, {0: dict(FIGS), 1: {**FIGS, "v_measure": 0.65}})
+    doc = _full_doc({0: {**FIGS, "v_measure": 0.60, "k_found": 40}}, figures=["v_measure"], tolerance=0.05)
+    doc["ci"].update(reduced=True, overrides={"epochs": 2})
+    [v] = rp.table_verdicts([doc], tmp_path)                 # K found is not one of its figures
+    assert v["ok"] and v["committed"] == pytest.approx(0.63) and "epochs=2" in v["note"]
+
+
+def test_missing_paper_data_names_each_file_and_how_to_get_it(tmp_path, monkeypatch):
+    from signclust.data import benchmarks
+    monkeypatch.setattr(benchmarks, "MNIST_DIR", tmp_path / "mnist")
+    monkeypatch.setattr(benchmarks, "FASHION_DIR", tmp_path / "fashion")
+    params = {"paper_check": {"checks": [{"dataset": "mnist_test"}, {"dataset": "fashion_test"},
+                                         {"dataset": "digits"}]}}
+    missing = rp.missing_paper_data(params)
+    assert len(missing) == 4
+    assert any("mnist_test:" in m and "t10k-images-idx3-ubyte" in m and "setup.sh" in m for m in missing)
+    assert any("fashion_test:" in m and "t10k-labels-idx1-ubyte" in m and "apt-get" in m for m in missing)
+    for folder in ("mnist", "fashion"):
+        (tmp_path / folder).mkdir()
+        for kind in ("images-idx3", "labels-idx1"):
+            (tmp_path / folder / f"t10k-{kind}-ubyte.gz").write_bytes(b"")
+    assert rp.missing_paper_data(params) == []
+
+
+def test_cli_without_paper_data_is_one_error_unless_only_the_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(rp, "missing_paper_data", lambda params: ["mnist_test: not found: run scripts/setup.sh"])
+    ran = []
+    monkeypatch.setattr(rp, "reproduce", lambda params, out, parts, progress: ran.append(parts) or
+                        {"verdicts": [], "failed": 0})
+    with pytest.raises(SystemExit) as stop:
+        rp.main(["--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "mnist_test" in err[0] and "--only table" in err[0]
+    assert ran == []
+    assert rp.main(["--only", "table", "--out", str(tmp_path)]) == 0 and ran == [("table",)]

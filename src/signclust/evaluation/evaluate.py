@@ -77,10 +77,16 @@ def score_result(gold: np.ndarray, result, cfg: dict, seed: int) -> dict:
 
 
 def evaluate_seed(gold: np.ndarray, folder: Path, cfg: dict, seed: int) -> dict:
-    """Both protocols for one run folder."""
-    result = load_result(folder)
+    """Both protocols for one run folder; a folder that does not fit the corpus is one UserError
+    naming it (tests/test_evaluation.py)."""
+    try:
+        result = load_result(folder)
+    except ValueError as err:          # e.g. assignment.csv and embedding.npy of different lengths
+        raise UserError(f"{folder}: {err}") from err
     if len(result.labels) != len(gold):
         raise UserError(f"{folder}: {len(result.labels)} assigned tokens, corpus has {len(gold)}")
+    if not np.isfinite(result.embedding).all():
+        raise UserError(f"{folder}: embedding.npy contains NaN or infinite values")
     return score_result(gold, result, cfg, seed)
 
 

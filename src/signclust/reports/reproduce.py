@@ -11,10 +11,13 @@ What runs (params.yaml ``reproduce``):
   paper   every check of reports/paper_check.md at ``--scale ci`` (see signclust.reports.paper_check).
 
 How a reproduced figure is judged against the committed full-size one:
-  same setting  the committed figure *of the same seed*, within ``reproduce.tolerance`` (table) or
-                ``paper_check.ci.tolerance`` (paper): fits are deterministic given the seed, so this
-                only has to absorb floating-point differences between CPUs.
-  reduced       the committed mean over seeds, within the tolerance stated next to the reduction.
+  same setting  every figure of ``reproduce.figures`` (native V, fixed-K V, K found, ARI) of every
+                reproduced seed against the committed figure *of the same seed*, within
+                ``reproduce.tolerance`` (table) or ``paper_check.ci.tolerance`` (paper): fits are
+                deterministic given the seed and the thread count, so this only has to absorb
+                floating-point differences between CPUs.
+  reduced       the committed mean over seeds of the figures the reduction names (``figures``,
+                default native V), within the tolerance stated next to the reduction.
   claims        the statements the README makes, checked on the CI figures: V(a) - V(b) >= margin
                 on a corpus, the number of types found within a share of the true one, a paper
                 figure matched within a distance.
@@ -22,6 +25,8 @@ How a reproduced figure is judged against the committed full-size one:
 Writes reports/ci/comparison.md (+ metrics/*.json), reports/ci/paper_check.md (+ .json) and the
 verdicts in reports/ci/reproduction.md (+ .json); exits 1 when a verdict fails. The tests in
 tests/test_reproduce.py run this and assert every verdict, so `.ci/run` regenerates the tables.
+The table part needs only the built-in corpora's sources; the paper part needs MNIST and
+Fashion-MNIST (``missing_paper_data`` says what is absent and how to get it).
 """
 from __future__ import annotations
 
@@ -40,6 +45,10 @@ from signclust.errors import UserError, cli_main
 from signclust.io import atomic_write_text, write_json
 
 PARTS = ("table", "paper")
+# the figures of a reproduced row compared seed by seed (params.yaml reproduce.figures overrides)
+FIGURES = ("v_measure", "fixed_k_v_measure", "k_found", "ari")
+# |CI - committed| for the same seed and setting when params.yaml gives no reproduce.tolerance
+TOLERANCE = 0.001
 
 
 def table_rows(cfg: dict) -> list[tuple[str, str]]:
@@ -93,7 +102,9 @@ def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False) 
                   out_root=work / "runs", ckpt_root=None, progress=progress, experiment="reproduce")
             doc = ev.evaluate(built[name], work / "runs" / run / name, eval_cfg, run, name)
             doc["ci"] = {"reduced": bool(reduction), "overrides": (reduction or {}).get("params", {}),
-                         "tolerance": float((reduction or {}).get("tolerance", cfg.get("tolerance", 0.03))),
+                         "tolerance": float((reduction or {}).get("tolerance", cfg.get("tolerance", TOLERANCE))),
+                         "figures": list((reduction or {}).get("figures", ["v_measure"]) if reduction
+                                         else cfg.get("figures", FIGURES)),
                          "seconds": time.time() - t0}
             write_json(ev.metrics_path(out, run, name), doc)
             docs.append(doc)
@@ -107,26 +118,31 @@ def committed_figure(committed: dict, seed: int | None, key: str) -> float | Non
     return (committed.get("per_seed") or {}).get(f"seed{seed}", {}).get(key)
 
 
-def table_verdicts(docs: list[dict], committed_dir: Path, key: str = "v_measure") -> list[dict]:
-    """One verdict per reproduced seed of a same-setting row; one per reduced row (its mean)."""
+def table_verdicts(docs: list[dict], committed_dir: Path) -> list[dict]:
+    """Same-setting rows: one verdict per reproduced seed and figure (``doc["ci"]["figures"]``),
+    against the committed figure of that seed. Reduced rows: one per figure, their mean against the
+    committed mean. A missing committed file, seed or figure fails."""
     out = []
     for doc in docs:
         run, corpus, ci = doc["method"], doc["corpus"], doc["ci"]
+        keys = list(ci.get("figures") or ["v_measure"])
         path = committed_dir / f"{run}_{corpus}.json"
-        base = {"part": "table", "what": f"{run} on {corpus}: {key}", "tolerance": ci["tolerance"]}
-        if not path.exists():
-            out.append({**base, "committed": None, "ci": doc["mean"][key], "ok": False,
-                        "note": f"no committed {path.name}"})
-            continue
-        committed = json.loads(path.read_text())
+        committed = json.loads(path.read_text()) if path.exists() else None
         if ci["reduced"]:
-            pairs = [(None, doc["mean"][key], f"reduced ({_overrides(ci['overrides'])}) vs committed mean")]
+            pairs = [(None, key, doc["mean"].get(key), f"reduced ({_overrides(ci['overrides'])}) vs committed mean")
+                     for key in keys]
         else:
-            pairs = [(int(s[4:]), v[key], f"seed {s[4:]} vs committed seed {s[4:]}")
-                     for s, v in doc["per_seed"].items()]
-        for seed, value, note in pairs:
+            pairs = [(int(s[4:]), key, v.get(key), f"seed {s[4:]} vs committed seed {s[4:]}")
+                     for s, v in doc["per_seed"].items() for key in keys]
+        for seed, key, value, note in pairs:
+            base = {"part": "table", "what": f"{run} on {corpus}: {key}", "tolerance": ci["tolerance"]}
+            if committed is None:
+                out.append({**base, "committed": None, "ci": value, "ok": False, "note": f"no committed {path.name}"})
+                continue
             ref = committed_figure(committed, seed, key)
-            ok = ref is not None and abs(value - ref) <= ci["tolerance"]
+            ok = ref is not None and value is not None and abs(value - ref) <= ci["tolerance"]
+            if ref is None:
+                note += f": the committed {path.name} has no such figure"
             out.append({**base, "committed": ref, "ci": value, "ok": bool(ok), "note": note})
     return out
 
@@ -229,16 +245,34 @@ def torch_threads(n: int | None):
         torch.set_num_threads(before)
 
 
-def reproduce(params: dict, out: Path, parts=PARTS, progress: bool = False) -> dict:
-    """Run the parts, write everything under ``out``; the verdicts document."""
+def missing_paper_data(params: dict) -> list[str]:
+    """One line per data set the paper part needs and this machine lacks, saying how to get it."""
+    from signclust.data import benchmarks
+    missing = []
+    for name in sorted({c["dataset"] for c in (params.get("paper_check") or {}).get("checks") or []}):
+        family, _, split = name.partition("_")
+        if family not in ("mnist", "fashion"):
+            continue
+        folder = benchmarks.MNIST_DIR if family == "mnist" else benchmarks.FASHION_DIR
+        for part in (["t10k"] if split == "test" else ["train", "t10k"]):
+            for kind in ("images-idx3", "labels-idx1"):
+                try:
+                    benchmarks._find(folder, f"{part}-{kind}-ubyte")
+                except UserError as err:
+                    missing.append(f"{name}: {err}")
+    return missing
+
+
+def reproduce(params: dict, out: Path, parts=PARTS, progress: bool = False, committed: Path | None = None) -> dict:
+    """Run the parts, write everything under ``out``; the verdicts document. ``committed``: the
+    folder holding the committed metrics/ and paper_check.json (default reports/)."""
     cfg = params.get("reproduce") or {}
     with torch_threads(cfg.get("threads")):
-        return _reproduce(params, cfg, out, parts, progress)
+        return _reproduce(params, cfg, out, parts, progress, Path(committed or REPO_ROOT / "reports"))
 
 
-def _reproduce(params: dict, cfg: dict, out: Path, parts, progress: bool) -> dict:
+def _reproduce(params: dict, cfg: dict, out: Path, parts, progress: bool, reports: Path) -> dict:
     from signclust.reports import paper_check, table
-    reports = REPO_ROOT / "reports"
     verdicts, seconds = [], {}
     if "table" in parts:
         t0 = time.time()
@@ -267,7 +301,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     out = args.out or REPO_ROOT / "reports" / "ci"
-    doc = reproduce(load_params(), out, (args.only,) if args.only else PARTS, progress=not args.no_progress)
+    params = load_params()
+    parts = (args.only,) if args.only else PARTS
+    missing = missing_paper_data(params) if "paper" in parts else []
+    if missing:
+        raise UserError("the paper part needs data this machine lacks (--only table runs without it): "
+                        + "; ".join(missing))
+    doc = reproduce(params, out, parts, progress=not args.no_progress)
     for v in doc["verdicts"]:
         print(f"{'ok  ' if v['ok'] else 'FAIL'} {v['what']}: CI {_num(v['ci'])} vs {_num(v['committed'])} "
               f"(tolerance {_num(v['tolerance'])})")

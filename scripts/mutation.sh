@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Mutation testing of the evaluation code, the gradient LM's losses and forward, and the baselines'
+# losses (mutmut; dev only: .venv/bin/pip install -r requirements-dev.txt; never run by CI).
+#
+#   bash scripts/mutation.sh                  # every module below, then the table
+#   bash scripts/mutation.sh metrics lm       # some modules (names below)
+#   JOBS=1 bash scripts/mutation.sh           # parallel mutant workers (default 2)
+#
+# pyproject.toml [tool.mutmut] says which files get mutants and which fast tests may run; mutmut
+# first runs those tests once to map each function to the tests that execute it, then runs each
+# mutant against only those tests. Mutants and results live in mutants/ (git-ignored; delete it
+# after changing tests, so the map is rebuilt). The table: python scripts/mutation_report.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+# the checkout's src first (mutmut swaps in its mutated copy); MUTMUT_SITE: a --target install of
+# requirements-dev.txt, when mutmut is not installed in the venv itself
+export PYTHONPATH="$PWD/src${MUTMUT_SITE:+:$MUTMUT_SITE}"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 SIGNCLUST_MLFLOW=0
+
+declare -A TARGETS=(
+  [metrics]="signclust.evaluation.metrics.*"
+  # evaluate: the scoring path (main, the MLflow logging and train_runs are left out: the tests run
+  # with MLflow off, so their mutants say nothing about the figures)
+  [evaluate]="signclust.evaluation.evaluate.x_config__mutmut_* signclust.evaluation.evaluate.x_seed_folders__mutmut_*
+              signclust.evaluation.evaluate.x_reduce_embedding__mutmut_* signclust.evaluation.evaluate.x_score_result__mutmut_*
+              signclust.evaluation.evaluate.x_evaluate_seed__mutmut_* signclust.evaluation.evaluate.x_summarise__mutmut_*
+              signclust.evaluation.evaluate.x_evaluate__mutmut_* signclust.evaluation.evaluate.x_missing_run_message__mutmut_*"
+  [lm]="signclust.models.lm_gradient.x_hom_loss__mutmut_* signclust.models.lm_gradient.x_lm_loss__mutmut_*
+        signclust.models.lm_gradient.x_dup_loss__mutmut_* signclust.models.lm_gradient.x_marginal_entropy__mutmut_*
+        signclust.models.lm_gradient.x_similarity__mutmut_* signclust.models.lm_gradient.x__with_eos__mutmut_*
+        signclust.models.lm_gradient.xǁTypeLMǁnext_type_logits__mutmut_*"
+  [swav]="signclust.models.baselines.swav.x_sinkhorn__mutmut_* signclust.models.baselines.swav.xǁSwAVǁ_epoch__mutmut_*"
+  [twostage]="signclust.models.baselines.twostage.x_instance_pair_loss__mutmut_*
+              signclust.models.baselines.twostage.x_iic_loss__mutmut_* signclust.models.baselines.twostage.x_and_loss__mutmut_*
+              signclust.models.baselines.twostage.x_ue_loss__mutmut_*"
+  [deepdpm]="signclust.models.baselines.deepdpm.x_niw_log_marginal__mutmut_* signclust.models.baselines.deepdpm.x__lgamma0__mutmut_*
+             signclust.models.baselines.deepdpm.x_log_hastings_split__mutmut_* signclust.models.baselines.deepdpm.x_log_hastings_merge__mutmut_*
+             signclust.models.baselines.deepdpm.xǁNIWPriorǁposterior__mutmut_* signclust.models.baselines.deepdpm.xǁNIWPriorǁmap_mean__mutmut_*
+             signclust.models.baselines.deepdpm.xǁNIWPriorǁmap_cov__mutmut_* signclust.models.baselines.deepdpm.x__soft_stats__mutmut_*
+             signclust.models.baselines.deepdpm.x_map_params__mutmut_*"
+  [jule]="signclust.models.baselines.jule.x_weighted_triplet_loss__mutmut_*"
+)
+ORDER=(metrics evaluate lm swav twostage deepdpm jule)
+modules=("$@")
+[ ${#modules[@]} -eq 0 ] && modules=("${ORDER[@]}")
+globs=()
+for m in "${modules[@]}"; do
+  [ -n "${TARGETS[$m]:-}" ] || { echo "unknown module '$m' (${ORDER[*]})" >&2; exit 2; }
+  read -r -a more <<< "$(echo ${TARGETS[$m]})"
+  globs+=("${more[@]}")
+done
+nice -n 10 "$PY" -m mutmut run --max-children "${JOBS:-2}" "${globs[@]}"
+"$PY" scripts/mutation_report.py
