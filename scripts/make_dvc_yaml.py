@@ -117,12 +117,16 @@ def build(params: dict) -> dict:
                  out_file("reports/inventory/${item.run}_${item.corpus}.png")]}
     st["report"] = {
         "cmd": "python -m signclust.reports.table",
-        "deps": ["reports/metrics", "reports/timings", "src/signclust/reports/table.py"],
+        "deps": [f"reports/metrics/{r}_{c}.json" for c in builtin for r in params["report"]["methods"]]
+        + [f"reports/timings/{r}_{c}.json" for c in builtin for r in params["report"]["methods"]]
+        + ["src/signclust/reports/table.py"],
         "params": ["report.methods", "report.corpora"],
         "outs": [out_file("reports/comparison.md"), out_file("reports/figures/comparison.png")]}
+    suite_cfg = params["report"]["suite"]
     st["suite_report"] = {
         "cmd": "python -m signclust.reports.suite",
-        "deps": ["reports/metrics", "src/signclust/reports/suite.py"],
+        "deps": [f"reports/metrics/{r}_{c}.json" for c in suite_cfg["corpora"] + suite_cfg["builtin"]
+                 for r in suite_cfg["rows"]] + ["src/signclust/reports/suite.py"],
         "params": ["report.suite"],
         "outs": [out_file("reports/suite.md"), out_file("reports/figures/suite.png")]}
     ablate = ["cypriot"] + [c for c in suite if c.endswith("_free")] + ["latin_hands", "latin_handwriting"]

@@ -58,9 +58,12 @@ def test_claims_margin_and_k_share():
                       {"corpus": "c", "a": "ward", "b": "lm", "margin": -0.065},
                       {"corpus": "c", "a": "lm", "b": "absent", "margin": 0.0},
                       {"corpus": "c", "run": "lm", "k_within": 0.2},
-                      {"corpus": "c", "run": "lm", "k_within": 0.19}]}
+                      {"corpus": "c", "run": "lm", "k_within": 0.19},
+                      {"corpus": "c", "run": "lm", "v_min": 0.66},
+                      {"corpus": "c", "run": "lm", "v_min": 0.661},
+                      {"corpus": "c", "run": "absent", "v_min": 0.0}]}
     got = [v["ok"] for v in rp.claim_verdicts(docs, cfg)]
-    assert got == [True, False, True, False, True, False]
+    assert got == [True, False, True, False, True, False, True, False, False]
 
 
 def test_paper_rows_against_committed_and_paper_claims(tmp_path):

@@ -167,6 +167,15 @@ def claim_verdicts(docs: list[dict], cfg: dict) -> list[dict]:
                         "committed": k_true, "ci": k, "tolerance": float(c["k_within"]), "ok": bool(ok),
                         "note": f"K found {k} vs true {k_true}"})
             continue
+        if "v_min" in c:
+            doc = by.get((c["run"], corpus))
+            v = None if doc is None else doc["mean"]["v_measure"]
+            out.append({"part": "claim", "what": c.get("what") or f"{c['run']} reaches V >= {c['v_min']} on {corpus}",
+                        "committed": None, "ci": v, "tolerance": float(c["v_min"]),
+                        "ok": bool(v is not None and v >= float(c["v_min"])),
+                        "note": f"V({c['run']}) >= {c['v_min']}" + ("" if v is not None else
+                                                                   ": the row was not reproduced")})
+            continue
         a, b = by.get((c["a"], corpus)), by.get((c["b"], corpus))
         margin = float(c.get("margin", 0.0))
         diff = None if a is None or b is None else a["mean"]["v_measure"] - b["mean"]["v_measure"]

@@ -1,0 +1,57 @@
+"""reports/suite.md from metrics files: the targets' verdicts on known numbers, missing files, --partial."""
+import json
+
+import pytest
+
+from signclust.errors import UserError
+from signclust.reports import suite
+
+CFG = {"report": {"suite": {
+    "ours": "lm", "references": ["ward_pixels"], "deep": ["jule"], "rows": ["lm", "ward_pixels", "jule"],
+    "corpora": ["a_free", "a_hands"], "builtin": ["cyp"],
+    "targets": {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2, "k_median_within": 0.1,
+                "free_v": 0.97}}}}
+#          (run, corpus): (V, K found, K true)
+FIGURES = {("lm", "a_free"): (0.98, 10, 10), ("lm", "a_hands"): (0.80, 13, 10), ("lm", "cyp"): (0.70, 50, 50),
+           ("ward_pixels", "a_free"): (0.90, 10, 10), ("ward_pixels", "a_hands"): (0.76, 10, 10),
+           ("ward_pixels", "cyp"): (0.60, 50, 50),
+           ("jule", "a_free"): (0.95, 10, 10), ("jule", "a_hands"): (0.70, 10, 10), ("jule", "cyp"): (0.65, 50, 50)}
+
+
+def _write(folder, skip=()):
+    folder.mkdir(exist_ok=True)
+    for (run, corpus), (v, k, kt) in FIGURES.items():
+        if (run, corpus) in skip:
+            continue
+        doc = {"method": run, "corpus": corpus, "k_true": kt, "n_seeds": 3,
+               "mean": {"v_measure": v, "k_found": k}, "std": {"v_measure": 0.0}}
+        (folder / f"{run}_{corpus}.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_verdicts_on_known_numbers(tmp_path):
+    cfg = suite.config(CFG)
+    docs = suite.load(_write(tmp_path / "m"), ["lm", "ward_pixels", "jule"], ["a_free", "a_hands", "cyp"])
+    margin, above, k_all, k_med, free = suite.verdicts(docs, cfg)
+    assert not margin["ok"] and margin["misses"] == ["a_hands (+0.040)"]          # 0.80 - 0.76
+    assert above["ok"] and "ours 0.890" in above["measured"]                      # (0.98 + 0.80) / 2
+    assert not k_all["ok"] and k_all["misses"] == ["a_hands (+30%)"]
+    assert k_med["ok"] and k_med["measured"] == "0%"                               # median of 0, 30%, 0
+    assert free["ok"]
+
+
+def test_missing_metrics_is_one_error_unless_partial(tmp_path):
+    folder = _write(tmp_path / "m", skip={("jule", "cyp")})
+    with pytest.raises(UserError, match="1 metrics file\\(s\\) missing.*jule_cyp.json"):
+        suite.build(CFG, folder, tmp_path / "s.md", None)
+    text = suite.build(CFG, folder, tmp_path / "s.md", None, partial=True)
+    assert "**Partial report**" in text and "`jule`" in text.split("## Ours")[0]
+    assert "| `jule` |" not in text and "| **`lm`** |" in text
+    full = suite.build(CFG, _write(tmp_path / "m"), tmp_path / "full.md", tmp_path / "full.png")
+    assert "Partial" not in full and "| `jule` |" in full and (tmp_path / "full.png").stat().st_size > 0
+
+
+def test_partial_still_needs_ours_and_the_references(tmp_path):
+    folder = _write(tmp_path / "m", skip={("ward_pixels", "a_hands")})
+    with pytest.raises(UserError, match="ward_pixels_a_hands.json"):
+        suite.build(CFG, folder, tmp_path / "s.md", None, partial=True)
