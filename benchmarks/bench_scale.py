@@ -1,12 +1,13 @@
-"""Scale benchmark: the LM sign clusterer on a large Akkadian corpus without any n x n matrix.
+"""Scale benchmark: our clusterers on a large Akkadian corpus without any n x n matrix.
 
-    .venv/bin/python benchmarks/bench_scale.py                  # 100k tokens, 1 epoch
-    .venv/bin/python benchmarks/bench_scale.py --tokens 20000 --epochs 2
+    .venv/bin/python benchmarks/bench_scale.py                      # lm, 100k tokens
+    .venv/bin/python benchmarks/bench_scale.py --run lm_v1 --tokens 20000 --epochs 2
 
 Renders (or reuses) an Akkadian corpus of --tokens tokens sampled from the cunei-tools
-bigram model, trains the default LM clusterer for --epochs with distances computed on
-demand for the current exemplars only, and prints time per epoch, peak resident memory,
-the distance columns computed, and what the n x n float16 matrix would have needed.
+bigram model and fits one row of params.yaml `runs`: `lm` (merge moves: k-means micro-clusters
+above `max_linkage_tokens`, at most `max_types` of them) or `lm_v1` (the gradient LM, --epochs,
+distances computed on demand for the current exemplars only). Prints the fit time (per epoch
+for lm_v1), peak resident memory, and what the n x n float16 matrix would have needed.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def peak_rss_mb() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=100_000)
-    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--run", default="lm", choices=["lm", "lm_v1"])
+    ap.add_argument("--epochs", type=int, default=1, help="lm_v1 only")
     ap.add_argument("--corpus-dir", type=Path, help="default data/corpora/akkadian_<tokens>")
     args = ap.parse_args()
 
@@ -50,9 +52,9 @@ def main() -> None:
     n = corpus.n_tokens
     rss_after_load = peak_rss_mb()
 
-    # count every on-demand provider the model opens (the default measures L_hom on normalised
+    # count every on-demand provider the gradient LM opens (it measures L_hom on normalised
     # glyphs through its own provider, not the pixel one passed in)
-    import signclust.models.lm_clusterer as lm_module
+    import signclust.models.lm_gradient as gradient_module
     providers = []
 
     class CountingDistances(OnDemandDistances):
@@ -60,10 +62,11 @@ def main() -> None:
             super().__init__(*a, **k)
             providers.append(self)
 
-    lm_module.OnDemandDistances = CountingDistances
-    _, cfg, _ = run_config("lm", params)
-    cfg = {**cfg, "epochs": args.epochs}
-    model = get_clusterer("lm", **cfg)
+    gradient_module.OnDemandDistances = CountingDistances
+    method, cfg, _ = run_config(args.run, params)
+    if args.run == "lm_v1":
+        cfg = {**cfg, "epochs": args.epochs}
+    model = get_clusterer(method, **cfg)
     dist = CountingDistances(corpus.images, corpus.image_index())
     epochs_seen = []
     ctx = FitContext(seed=0, distances=dist, progress=True,
@@ -75,18 +78,23 @@ def main() -> None:
     peak = peak_rss_mb()
 
     dense_gb = n * n * 2 / 1e9
-    s = model.params["s"]
     print()
     print(f"corpus            akkadian, {n} tokens, {len(corpus.images)} images, "
           f"{corpus.counts()['types']} types (prepared/loaded in {prep_s:.1f}s)")
-    print(f"model             lm, s={s}, d={model.params['d']}, hidden={model.params['hidden']}, "
-          f"epochs={args.epochs}, tie={model.params.get('tie')}")
-    print(f"fit time          {fit_s:.1f}s total; time to the end of each epoch (the first includes setup: "
-          f"glyph normalisation, initial clustering): {', '.join(f'{x:.1f}s' for x in epoch_s)}")
-    computed = sum(p.computed for p in providers)
-    cached = sum(len(p.cache) for p in providers)
-    print(f"distance columns  {computed} computed on demand over {len(providers)} provider(s); "
-          f"{cached} cached at the end = {n * cached * 4 / 1e6:.0f} MB float32")
+    if args.run == "lm_v1":
+        print(f"model             lm_v1, s={model.params['s']}, d={model.params['d']}, "
+              f"hidden={model.params['hidden']}, epochs={args.epochs}")
+        print(f"fit time          {fit_s:.1f}s total; time to the end of each epoch (the first includes setup: "
+              f"glyph normalisation, initial clustering): {', '.join(f'{x:.1f}s' for x in epoch_s)}")
+        computed = sum(p.computed for p in providers)
+        cached = sum(len(p.cache) for p in providers)
+        print(f"distance columns  {computed} computed on demand over {len(providers)} provider(s); "
+              f"{cached} cached at the end = {n * cached * 4 / 1e6:.0f} MB float32")
+    else:
+        info = result.info
+        print(f"model             lm, {info['micro_clusters']} micro-clusters, {info['rounds']} merge rounds")
+        print(f"fit time          {fit_s:.1f}s total (setup: features, pair model, micro-clusters "
+              f"{info['setup_s']:.1f}s)")
     print(f"peak RSS          {peak:.0f} MB (after loading the corpus: {rss_after_load:.0f} MB)")
     print(f"n x n float16     would need {dense_gb:.1f} GB; never allocated")
     print(f"K found           {result.k_found}")
