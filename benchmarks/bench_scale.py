@@ -96,7 +96,13 @@ def main() -> None:
         print(f"fit time          {fit_s:.1f}s total (setup: features, pair model, micro-clusters "
               f"{info['setup_s']:.1f}s)")
     print(f"peak RSS          {peak:.0f} MB (after loading the corpus: {rss_after_load:.0f} MB)")
-    print(f"n x n float16     would need {dense_gb:.1f} GB; never allocated")
+    if args.run == "lm_v1":
+        print(f"n x n float16     would need {dense_gb:.1f} GB; never allocated")
+    elif n <= model.params["max_linkage_tokens"]:
+        print(f"condensed n x n   average linkage holds n(n-1)/2 float64 distances: {n * (n - 1) * 4 / 1e9:.1f} GB "
+              f"(k-means above max_linkage_tokens = {model.params['max_linkage_tokens']})")
+    else:
+        print(f"n x n             not allocated: k-means micro-clusters above max_linkage_tokens")
     print(f"K found           {result.k_found}")
     sys.stdout.flush()
 
