@@ -246,3 +246,23 @@ def test_mlflow_links_train_and_evaluate_runs_and_tags_resumed(tiny_corpus, save
     assert (out / "lm_v1" / "tiny" / "seed0" / "assignment.csv").read_text() == \
         (tmp_path / "fresh" / "lm_v1" / "tiny" / "seed0" / "assignment.csv").read_text()
     assert "resumed" not in json.loads((out / "lm_v1" / "tiny" / "seed0" / "info.json").read_text())  # noise: MLflow only
+
+
+def test_readme_notebook_example_runs(tiny_corpus, tmp_path, monkeypatch, one_torch_thread):
+    """The README's Python block, as printed, on a small corpus (K given to Ward: its 4 types)."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Use it from Python"):]
+    block = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    block = block.replace("n_clusters=53", "n_clusters=4")
+    corpus = tiny_corpus(n_types=4, per_type=8, n_texts=4)
+    images, text_ids, positions, gold = _arrays(corpus)
+    new_images = _arrays(tiny_corpus(n_types=4, per_type=3, seed=5))[0]
+    monkeypatch.chdir(tmp_path)
+    ns = {"images": images, "text_ids": text_ids, "positions": positions, "new_images": new_images,
+          "gold_labels": gold, "corpus": corpus}
+    exec(compile(block, "README.md", "exec"), ns)
+    model, ward = ns["model"], ns["ward"]
+    assert model.labels_.shape == (32,) and model.score(gold)["v_measure"] == pytest.approx(1.0)
+    assert model.predict(new_images).shape == (12,)
+    assert (tmp_path / "my_model" / "assignment.csv").exists() and any((tmp_path / "out").iterdir())
+    assert ward.n_types_ == 4
