@@ -47,8 +47,11 @@ def test_missing_metrics_is_one_error_unless_partial(tmp_path):
     text = suite.build(CFG, folder, tmp_path / "s.md", None, partial=True)
     assert "**Partial report**" in text and "`jule`" in text.split("## Ours")[0]
     assert "| `jule` |" not in text and "| **`lm`** |" in text
+    assert "| a_free | 10 | **0.980 ± 0.000** | 10 | 0.900 ± 0.000 | – (not run) | +0.080 |" in text
+    assert "(of the rows evaluated so far)" in text
     full = suite.build(CFG, _write(tmp_path / "m"), tmp_path / "full.md", tmp_path / "full.png")
-    assert "Partial" not in full and "| `jule` |" in full and (tmp_path / "full.png").stat().st_size > 0
+    assert "Partial" not in full and "| `jule` |" in full and "| a_free | 10 | **0.980 ± 0.000** | 10 | " \
+        "0.900 ± 0.000 | `jule` 0.950 | +0.080 |" in full and "so far" not in full and (tmp_path / "full.png").stat().st_size > 0
 
 
 def test_partial_still_needs_ours_and_the_references(tmp_path):
