@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the evaluation code, the gradient LM's losses and forward, and the baselines'
+# Mutation testing of the merge-move LM's scoring, the evaluation code, the gradient LM's losses and forward, and the baselines'
 # losses (mutmut; dev only: .venv/bin/pip install -r requirements-dev.txt; never run by CI).
 #
 #   bash scripts/mutation.sh                  # every module below, then the table
@@ -19,6 +19,18 @@ export PYTHONPATH="$PWD/src${MUTMUT_SITE:+:$MUTMUT_SITE}"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 SIGNCLUST_MLFLOW=0
 
 declare -A TARGETS=(
+  # lm_merge: the merge-move LM's scoring (models/lm_clusterer.py): text centring, the pair model
+  # (log-odds, confident pairs, fit), context counts and the Dirichlet-multinomial Bayes factor,
+  # dL_hom, same-hand evidence, nearest link, rank prior, candidates and their ratio test, disjoint
+  # merges, and the merge loop that adds the terms into the gain
+  [lm_merge]="signclust.models.lm_clusterer.x_text_centre__mutmut_* signclust.models.lm_clusterer.xǁPairModelǁlog_odds__mutmut_*
+              signclust.models.lm_clusterer.xǁPairModelǁeven_odds__mutmut_* signclust.models.lm_clusterer.x_confident_pairs__mutmut_*
+              signclust.models.lm_clusterer.x_fit_pair_model__mutmut_* signclust.models.lm_clusterer.x_context_counts__mutmut_*
+              signclust.models.lm_clusterer.x_log_dm__mutmut_* signclust.models.lm_clusterer.x_context_prior__mutmut_*
+              signclust.models.lm_clusterer.x_lm_gain__mutmut_* signclust.models.lm_clusterer.x_hom_gain__mutmut_*
+              signclust.models.lm_clusterer.x_within_text_evidence__mutmut_* signclust.models.lm_clusterer.x_nearest_link__mutmut_*
+              signclust.models.lm_clusterer.x_dup_prior__mutmut_* signclust.models.lm_clusterer.x_candidate_pairs__mutmut_*
+              signclust.models.lm_clusterer.x_disjoint_best__mutmut_* signclust.models.lm_clusterer.xǁLMSignClustererǁ_merge__mutmut_*"
   [metrics]="signclust.evaluation.metrics.*"
   # evaluate: the scoring path (main, the MLflow logging and train_runs are left out: the tests run
   # with MLflow off, so their mutants say nothing about the figures)
@@ -41,7 +53,7 @@ declare -A TARGETS=(
              signclust.models.baselines.deepdpm.x_map_params__mutmut_*"
   [jule]="signclust.models.baselines.jule.x_weighted_triplet_loss__mutmut_*"
 )
-ORDER=(metrics evaluate lm swav twostage deepdpm jule)
+ORDER=(lm_merge metrics evaluate lm swav twostage deepdpm jule)
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=("${ORDER[@]}")
 globs=()

@@ -31,6 +31,12 @@ def test_perfect_clustering_scores_one():
     assert s["k_found"] == s["k_true"] == 3
 
 
+def test_score_names_every_figure():
+    s = score(np.array([0, 0, 1, 1]), np.array([0, 0, 0, 1]))
+    assert set(s) == {"v_measure", "homogeneity", "completeness", "nmi", "ari", "acc", "purity", "k_found", "k_true"}
+    assert (s["k_found"], s["k_true"]) == (2, 2)
+
+
 def test_permuted_labelling_is_still_perfect():
     gold = np.array([0, 0, 1, 1, 2, 2])
     pred = np.array([7, 7, 3, 3, 5, 5])
@@ -184,6 +190,104 @@ def test_narrow_embedding_is_not_reduced():
     x, note = ev.reduce_embedding(np.ones((5, 3)), 64)
     assert x.shape == (5, 3) and note["reduction"] == "none"
 
+
+
+# -- the scoring path, cases found by mutation testing (reports/mutation.md) ----------------------
+
+def test_config_overlays_the_evaluate_section():
+    assert ev.config({}) == ev.DEFAULTS
+    assert ev.config({"evaluate": {"pca_dims": 7}}) == {**ev.DEFAULTS, "pca_dims": 7}
+    assert ev.config({"evaluate": None, "other": {"pca_dims": 7}}) == ev.DEFAULTS
+
+
+def test_seed_folders_are_numbered_folders_in_numeric_order(tmp_path):
+    for name in ("seed10", "seed2", "seedx", "seed_3"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "seed4").write_text("a file, not a run folder")
+    assert ev.seed_folders(tmp_path) == [(2, tmp_path / "seed2"), (10, tmp_path / "seed10")]
+
+
+def test_reduce_embedding_width_and_dtype():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 10)).astype(np.float32)
+    same, note = ev.reduce_embedding(x, 10)                 # exactly max_dims wide: kept
+    assert note == {"dims": 10, "reduced_to": 10, "reduction": "none"}
+    assert same.dtype == np.float64 and np.array_equal(same, x.astype(np.float64))
+    reduced, note = ev.reduce_embedding(x, 4)
+    assert note == {"dims": 10, "reduced_to": 4, "reduction": "pca"} and reduced.shape == (20, 4)
+    with pytest.raises(UserError, match=r"^embedding contains NaN or infinite values$"):
+        ev.reduce_embedding(np.array([[0.0, np.nan]]), 4)
+
+
+def test_reduce_embedding_pca_is_seeded():
+    # wide enough for scikit-learn's randomized solver, whose result depends on the seed
+    from sklearn.decomposition import PCA
+    x = np.random.default_rng(1).normal(size=(510, 60))
+    by_seed = {s: PCA(n_components=5, random_state=s).fit_transform(x) for s in (0, 3)}
+    assert not np.array_equal(by_seed[0], by_seed[3])
+    assert np.array_equal(ev.reduce_embedding(x, 5)[0], by_seed[0])            # seed 0 by default
+    assert np.array_equal(ev.reduce_embedding(x, 5, seed=3)[0], by_seed[3])
+
+
+def test_each_seed_is_reduced_with_its_own_seed_and_the_configured_offsets(tmp_path, monkeypatch):
+    corpus = tiny_corpus()
+    gold = corpus.labels()
+    save_result(ClusterResult(gold, blob_embedding(gold, 6, 0)), tmp_path / "seed5")
+    seeds = []
+    original = ev.reduce_embedding
+    monkeypatch.setattr(ev, "reduce_embedding", lambda e, d, seed=0: seeds.append(seed) or original(e, d, seed))
+    cfg = {**ev.config({}), "fixed_k_offsets": [0, 1]}
+    out = ev.evaluate_seed(gold, tmp_path / "seed5", cfg, 5)
+    assert seeds == [5]
+    assert set(out["fixed_k_per_k"]) == {"3", "4"} and out["fixed_k_per_k"]["3"] == 1.0   # K_true + 0, + 1
+
+
+def test_summarise_skips_absent_keys_and_one_seed_has_no_spread():
+    mean, std = ev.summarise({"seed0": {"v_measure": 0.5, "ari": 0.25}}, ddof=1, keys=("k_found", "v_measure", "ari"))
+    assert mean == {"v_measure": 0.5, "ari": 0.25} and std == {"v_measure": 0.0, "ari": 0.0}
+    mean, std = ev.summarise({"seed0": {"ari": 0.25}, "seed1": {"ari": 0.75}}, ddof=0, keys=("ari",))
+    assert mean == {"ari": 0.5} and std == {"ari": 0.25}
+
+
+def test_evaluate_names_the_corpus_it_cannot_score(tmp_path):
+    save_result(ClusterResult(np.zeros(12), np.zeros((12, 2))), tmp_path / "seed0")
+    tail = " has no gold labels for every token; evaluate needs a labelled (benchmark) corpus"
+    unlabelled = tiny_corpus(labelled=False)
+    for name, meta, expected in (("given", {"name": "tiny"}, "given"), ("", {"name": "tiny"}, "tiny"), ("", {}, "?")):
+        unlabelled.meta = meta
+        with pytest.raises(UserError) as err:
+            ev.evaluate(unlabelled, tmp_path, ev.config({}), corpus_name=name)
+        assert str(err.value) == f"corpus '{expected}'{tail}"
+
+
+def test_evaluate_document_without_method_and_corpus_names(tmp_path, monkeypatch):
+    gold = tiny_corpus().labels()
+    save_result(ClusterResult(gold, blob_embedding(gold, 4, 0)), tmp_path / "seed7")
+    seeds = []
+    original = ev.reduce_embedding
+    monkeypatch.setattr(ev, "reduce_embedding", lambda e, d, seed=0: seeds.append(seed) or original(e, d, seed))
+    doc = ev.evaluate(tiny_corpus(), tmp_path, {**ev.config({}), "std_ddof": 0, "fixed_k_offsets": [0]})
+    assert seeds == [7]                                 # seed7's embedding is reduced with seed 7
+    assert set(doc) == {"method", "corpus", "n_seeds", "seeds", "n_tokens", "k_true", "std_ddof",
+                        "fixed_k_offsets", "embedding", "mean", "std", "per_seed"}
+    assert (doc["method"], doc["corpus"], doc["n_seeds"], doc["seeds"]) == ("", "", 1, [7])
+    assert (doc["n_tokens"], doc["k_true"], doc["std_ddof"], doc["fixed_k_offsets"]) == (12, 3, 0, [0])
+
+
+def test_missing_run_message_exactly(tmp_path):
+    for run, corpus in (("ward", "c"), ("kmeans", "c"), ("ward", "d"), ("jule", "c")):
+        folder = tmp_path / run / corpus / ("seed0" if run != "jule" else "empty")
+        folder.mkdir(parents=True)
+    head = "no run folders seed*/ under {}; train it first (signclust train {} c)"
+    runs = tmp_path / "wrd" / "c"
+    assert ev.missing_run_message(runs) == (head.format(runs, "wrd")
+                                            + "; did you mean 'ward'? Trained on 'c': kmeans, ward.")
+    runs = tmp_path / "zzz" / "c"
+    assert ev.missing_run_message(runs) == head.format(runs, "zzz") + " Trained on 'c': kmeans, ward."
+    runs = tmp_path / "zzz" / "e"
+    assert ev.missing_run_message(runs) == head.format(runs, "zzz").replace("zzz c)", "zzz e)")
+    runs = tmp_path / "nowhere" / "wrd" / "c"                           # no runs root at all
+    assert ev.missing_run_message(runs) == head.format(runs, "wrd")
 
 # -- comparison table ------------------------------------------------------------------------------
 

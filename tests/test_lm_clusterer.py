@@ -220,3 +220,247 @@ def test_parameters_are_checked():
     with pytest.raises(UserError, match="unknown parameter"):
         get_clusterer("lm", epochs=3)
     assert get_clusterer("lm").cfg == L.LMConfig()
+
+
+# -- cases found by mutation testing (reports/mutation.md) -------------------------------------------
+
+def test_context_prior_counts_unused_symbols():
+    # symbol 2 never occurs: it still gets a (zero-frequency) column before the boundary
+    alpha = L.context_prior(np.array([0, 0, 1]), n_texts=1, k=3, beta=1.0)
+    assert np.allclose(alpha, 4 * np.array([2, 1, 0, 1]) / 4)
+
+
+def test_text_centre_small_kappa_single_token_texts_and_dtype():
+    x = np.array([[0.0], [2.0], [4.0], [10.0]])
+    text = np.array([0, 0, 1, 2])                      # text 1 and text 2 hold one token each
+    out = L.text_centre(x, text, kappa=0.5)             # kappa in (0, 1] still centres
+    g = 4.0                                             # the corpus mean
+    expected = [0 - 2 / 2.5 * (1 - g), 2 - 2 / 2.5 * (1 - g), 4 - 1 / 1.5 * (4 - g), 10 - 1 / 1.5 * (10 - g)]
+    assert out.dtype == np.float32
+    assert np.allclose(out[:, 0], expected)
+
+
+def test_hom_gain_below_unit_distance_and_with_empty_types():
+    x = np.array([[0.0], [0.1], [0.3], [0.5]])
+    z = np.array([0, 0, 1, 1])
+    pair = L.PairModel(a=1.0, b=4.0, n_positive=10)
+    # k = 3: type 2 is empty; rms distance between types 0 and 1: sqrt(mean of 0.09, 0.25, 0.04, 0.16)
+    with np.errstate(invalid="ignore"):                # the empty type's centroid is 0 / 0
+        got = L.hom_gain(x, z, 3, pair, np.array([0]), np.array([1]))
+    assert got[0] == pytest.approx(1.0 - 4.0 * math.sqrt((0.09 + 0.25 + 0.04 + 0.16) / 4))
+
+
+def test_within_text_evidence_short_texts():
+    x = np.array([[0.0], [1.0], [5.0], [6.0]])
+    z = np.array([0, 1, 2, 0])
+    pair = L.PairModel(a=1.0, b=0.5, n_positive=10)
+    # a one-token text (no pairs) first, then a two-token text: its one pair counts
+    m = L.within_text_evidence(x, z, 3, [np.array([0]), np.array([2, 3])], pair).toarray()
+    expected = np.zeros((3, 3))
+    expected[0, 2] = 1.0 - 0.5 * 1.0
+    assert np.allclose(m, expected)
+    # no text of two tokens: an empty (k, k) matrix
+    empty = L.within_text_evidence(x, z, 3, [np.array([0]), np.array([1])], pair)
+    assert empty.shape == (3, 3) and empty.nnz == 0
+
+
+def test_nearest_link_is_k_by_k_when_the_last_types_have_no_edge():
+    i, j, d = np.array([0, 1]), np.array([1, 0]), np.array([0.5, 0.25])
+    link = L.nearest_link((i, j, d), np.array([0, 1, 2, 3]), 4)
+    assert link.shape == (4, 4) and link.nnz == 1
+    assert link[0, 1] == pytest.approx(1 / 1.25)
+
+
+def _line(*points):
+    return np.array(points, dtype=float)[:, None]
+
+
+def test_confident_pairs_by_hand():
+    x = np.concatenate([
+        _line(0.0, 0.1),                 # a text of 2 tokens: skipped
+        _line(0.0, 0.1, 5.0),            # 3 tokens: 0 and 0.1 are mutual nearest, 0.1 <= 0.8 x 5
+        _line(10.0, 0.0, 1.0, -1.1),     # 0 and 1 mutual nearest, but 1 > 0.8 x 1.1 (0's 2nd nearest)
+    ]) + np.repeat([0.0, 100.0, 200.0], [2, 3, 4])[:, None]
+    texts = [np.arange(0, 2), np.arange(2, 5), np.arange(5, 9)]
+    pos, background = L.confident_pairs(x, texts, 0.8)
+    assert np.allclose(pos, [0.1])                      # once, not once per end of the pair
+    assert np.allclose(background, [0.1, 5.0, 4.9, 10.0, 9.0, 11.1, 1.0, 1.1, 2.1])
+    # no text of 3 tokens: nothing, and no error
+    pos, background = L.confident_pairs(x, [np.arange(0, 2)], 0.8)
+    assert len(pos) == 0 and len(background) == 0
+
+
+def _pair_texts(n_pos_texts, n_plain_texts):
+    """Texts of 3 tokens on a line: [0, 0.5, 1.5] gives one confident pair (0.5) and 3 background
+    distances; [0, 0.55, 1.05] none and 3 more. Every distance is in [0.5, 1.5] (spread exactly 1)."""
+    parts = [_line(0.0, 0.5, 1.5)] * n_pos_texts + [_line(0.0, 0.55, 1.05)] * n_plain_texts
+    x = np.concatenate([p + 100.0 * t for t, p in enumerate(parts)])
+    return x, [np.arange(3 * t, 3 * t + 3) for t in range(len(parts))]
+
+
+def test_fit_pair_model_needs_five_pairs_and_twenty_background_pairs():
+    from sklearn.linear_model import LogisticRegression
+    x, texts = _pair_texts(5, 2)                        # 5 pairs, 21 background distances
+    pair = L.fit_pair_model(x, texts, 0.8, seed=0)
+    assert pair is not None and pair.n_positive == 5 and pair.b > 0
+    # a balanced logistic fit (class_weight="balanced") of the same distances
+    pos, background = L.confident_pairs(x, texts, 0.8)
+    ref = LogisticRegression(class_weight="balanced").fit(np.r_[pos, background][:, None],
+                                                          np.r_[np.ones(len(pos)), np.zeros(len(background))])
+    assert pair.a == pytest.approx(ref.intercept_[0], rel=1e-4)
+    assert pair.b == pytest.approx(-ref.coef_[0, 0], rel=1e-4)
+    assert L.fit_pair_model(*_pair_texts(4, 3), 0.8, seed=0) is None      # 4 pairs, 21 background
+    assert L.fit_pair_model(*_pair_texts(5, 1), 0.8, seed=0) is None      # 5 pairs, 18 background
+
+
+def test_fit_pair_model_subsample_is_seeded():
+    # one text of 205 tokens: 20910 background pairs, more than the 20000 the fit keeps
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(205, 2))
+    texts = [np.arange(205)]
+    a, b = L.fit_pair_model(x, texts, 1.0, seed=3), L.fit_pair_model(x, texts, 1.0, seed=3)
+    assert a is not None and (a.a, a.b) == (b.a, b.b)
+
+
+def test_candidate_pairs_visual_and_context_partners_by_hand():
+    cen = _line(0.0, 1.0, 10.0, 25.0)
+    # left contexts: 0 and 3 alike (cosine 0.995), 2 nearer 0 than 3 or 1, 1 nearest 2; norms differ
+    left = np.array([[1.0, 0, 0], [0, 1.0, 0], [5.0, 4.0, 0], [1.0, 0, 0.1]])
+    right = np.zeros((4, 2))
+    u, v, rank, ratio = L.candidate_pairs(cen, left, right, k_nn=1)              # by_context by default
+    got = {(int(a), int(b)): (int(r), float(q)) for a, b, r, q in zip(u, v, rank, ratio)}
+    assert len(u) == len(got)                            # each pair once
+    # visual nearest: 0-1, 1-0, 2-1, 3-2; context nearest: 0-3, 1-2, 2-0, 3-0
+    assert got == {(0, 1): (1, pytest.approx(1 / 9)), (1, 2): (1, math.inf), (2, 3): (1, math.inf),
+                   (0, 3): (3, math.inf), (0, 2): (2, math.inf)}
+    u, v, _, _ = L.candidate_pairs(cen, left, right, k_nn=1, by_context=False)
+    assert sorted(zip(u.tolist(), v.tolist())) == [(0, 1), (1, 2), (2, 3)]
+    # the ratio does not depend on the scale, also below distance 1
+    assert L.candidate_pairs(cen * 0.01, left, right, k_nn=1)[3][0] == pytest.approx(1 / 9)
+
+
+def test_candidate_pairs_with_three_and_two_types():
+    prof = np.ones((3, 2))
+    u, v, rank, ratio = L.candidate_pairs(_line(0.0, 1.0, 3.0), prof, prof, k_nn=10, by_context=False)
+    assert list(zip(u.tolist(), v.tolist(), rank.tolist())) == [(0, 1, 1), (0, 2, 2), (1, 2, 1)]
+    assert ratio[0] == pytest.approx(1 / 2) and np.isinf(ratio[1:]).all()       # 0 and 1 mutual
+    # two types: no second nearest, so the ratio of the one pair is 0
+    u, v, rank, ratio = L.candidate_pairs(_line(0.0, 1.0), prof[:2], prof[:2], k_nn=10, by_context=False)
+    assert (u.tolist(), v.tolist(), rank.tolist(), ratio.tolist()) == ([0], [1], [1], [0.0])
+
+
+def _merge_round(monkeypatch, z, x, texts, pair, edges=None, ref=None, **params):
+    """One call of the merge loop with disjoint_best watched: (its arguments per round, the
+    history, what log_metrics got, the partition returned)."""
+    seen, logged, history = [], [], []
+    original = L.disjoint_best
+
+    def spy(u, v, gain, limit):
+        seen.append((u.copy(), v.copy(), gain.copy(), limit))
+        return original(u, v, gain, limit)
+    monkeypatch.setattr(L, "disjoint_best", spy)
+    model = get_clusterer("lm", **params)
+    model.ref, model.edges = ref, edges
+    ctx = FitContext(seed=0, progress=False, device="cpu", log_metrics=lambda m, step: logged.append((m, step)))
+    out = model._merge(z, x, texts, pair, history, ctx)
+    return seen, history, logged, out
+
+
+def _naive_lm_gain(z, texts, ref, beta, a, b):
+    """dL_LM of merging types a and b, from counts taken by a loop and explicit log-gamma sums."""
+    k, k_ref = z.max() + 1, ref.max() + 1
+    left, right = np.zeros((k, k_ref + 1)), np.zeros((k, k_ref + 1))
+    for t in texts:
+        for p, i in enumerate(t):
+            left[z[i], ref[t[p - 1]] if p else k_ref] += 1
+            right[z[i], ref[t[p + 1]] if p + 1 < len(t) else k_ref] += 1
+    freq = np.array([np.sum(ref == c) for c in range(k_ref)] + [len(texts)], dtype=float)
+    alpha = beta * (k_ref + 1) * freq / freq.sum()
+
+    def dm(c):
+        return gammaln(alpha.sum()) - gammaln(alpha.sum() + c.sum()) + sum(
+            gammaln(al + n) - gammaln(al) for al, n in zip(alpha, c))
+    return sum(dm(c[a] + c[b]) - dm(c[a]) - dm(c[b]) for c in (left, right))
+
+
+def _visual_rank(x, z, a, b):
+    cen = np.array([x[z == c].mean(0) for c in range(z.max() + 1)])
+    d = np.linalg.norm(cen[:, None] - cen[None], axis=2)
+    rank = lambda p, q: 1 + sum(d[p, r] < d[p, q] for r in range(len(cen)) if r != p)  # noqa: E731
+    return min(rank(a, b), rank(b, a))
+
+
+@pytest.mark.parametrize("coarse", [False, True], ids=["contexts over the types", "fixed context partition"])
+def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
+    """gain = w_lm dL_LM + max(w_dup prior(rank), w_hom log-odds(nearest link) - link_c0) + w_hom same-hand."""
+    x = _line(0.0, 0.3, 1.0, 1.2, 3.0, 3.1, 5.0, 5.6, 8.0, 8.2, 8.9, 9.3)
+    z = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4, 4, 5])     # types of 1 to 3 tokens
+    order = np.array([0, 4, 2, 9, 1, 6, 11, 3, 5, 10, 7, 8])
+    texts = [order[:4], order[4:8], order[8:]]
+    pair = L.PairModel(a=3.0, b=1.5, n_positive=10)
+    # the token graph: every pair nearer than 2.5 (types 0 and 5 have no link)
+    i, j = np.triu_indices(12, 1)
+    d = np.abs(x[i, 0] - x[j, 0])
+    edges = (i[d < 2.5], j[d < 2.5], d[d < 2.5])
+    ref = np.array([0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 1, 0]) if coarse else None
+    w = dict(w_lm=0.7, w_hom=1.3, w_dup=0.9, rank_c0=1.7, link_c0=0.6, context_beta=0.3)
+    seen, history, logged, out = _merge_round(monkeypatch, z, x, texts, pair, edges, ref, batch=0.5,
+                                              candidates=2, max_rounds=1, **w)
+    (u, v, gain, limit), = seen
+    assert limit == 3                                    # batch 0.5 x 6 types
+    # candidates: each type's 2 visually nearest types (no context partners: there is a pair model)
+    cen = np.array([x[z == c, 0].mean() for c in range(6)])
+    near = {tuple(sorted((a, int(b)))) for a in range(6) for b in np.argsort(np.abs(cen - cen[a]))[1:3]}
+    assert sorted(zip(u.tolist(), v.tolist())) == sorted(near) and len(near) < 15
+    by_link = []
+    for a, b, g in zip(u, v, gain):
+        lm = _naive_lm_gain(z, texts, z if ref is None else ref, 0.3, a, b)
+        prior = -1.7 - math.log(_visual_rank(x, z, a, b))
+        between = [dd for ii, jj, dd in zip(*edges) if {z[ii], z[jj]} == {a, b}]
+        link = 3.0 - 1.5 * min(between) if between else -math.inf
+        by_link.append(1.3 * link - 0.6 > 0.9 * prior)
+        hand = sum(3.0 - 1.5 * abs(x[p, 0] - x[q, 0]) for t in texts for p in t for q in t
+                   if p < q and {z[p], z[q]} == {a, b})
+        assert g == pytest.approx(0.7 * lm + max(0.9 * prior, 1.3 * link - 0.6) + 1.3 * hand), (a, b)
+    assert 0 < sum(by_link) < len(by_link)              # some pairs scored by their link, some by rank
+    chosen = L.disjoint_best(u, v, gain, 3)
+    assert len(chosen) >= 2
+    mapping = np.arange(6)
+    for a, b in chosen:
+        mapping[b] = a
+    assert np.array_equal(out, mapping[z])
+    accepted = sum(float(gain[(u == a) & (v == b)][0]) for a, b in chosen)
+    record = {"types": 6 - len(chosen), "merges": len(chosen), "best_gain": pytest.approx(float(gain.max())),
+              "accepted_gain": pytest.approx(accepted)}
+    assert history == [{"round": 1, **record}]
+    assert logged == [(record, 1)]
+
+
+def test_merge_clean_corpus_gain_context_partners_and_match_bonus(monkeypatch):
+    """No pair model: candidates are each type's visual and context nearest; a mutual match whose
+    ratio is below match_ratio (strictly) earns match_bonus on top of the rank prior."""
+    x = _line(0.0, 0.75, 1.75, 7.0)                      # one token per type
+    z = np.arange(4)
+    texts = [np.array([0, 1]), np.array([3, 2])]
+    seen, history, _, _ = _merge_round(monkeypatch, z, x, texts, None, candidates=1, max_rounds=1,
+                                       match_ratio=0.75, match_bonus=2.5, w_lm=0.0)
+    (u, v, gain, limit), = seen
+    # visual nearest: 0-1, 1-0, 2-1, 3-2; context nearest (left BOS / right EOS alike): 0-3, 3-0, 1-2, 2-1
+    assert sorted(zip(u.tolist(), v.tolist())) == [(0, 1), (0, 3), (1, 2), (2, 3)]
+    got = dict(zip(zip(u.tolist(), v.tolist()), gain.tolist()))
+    # 0 and 1: mutual nearest at ratio 0.75 / min(1.75, 1.0) = 0.75, not below 0.75: no bonus
+    assert got[(0, 1)] == pytest.approx(-2.0)
+    assert got[(0, 3)] == pytest.approx(-2.0 - math.log(3))
+    assert limit == 1 and history == []                  # nothing positive: no merge
+    seen, _, _, _ = _merge_round(monkeypatch, z, x, texts, None, candidates=1, max_rounds=1,
+                                 match_ratio=0.76, match_bonus=2.5, w_lm=0.0)
+    got = dict(zip(zip(seen[0][0].tolist(), seen[0][1].tolist()), seen[0][2].tolist()))
+    assert got[(0, 1)] == pytest.approx(-2.0 + 2.5)
+
+
+def test_merge_goes_down_to_one_type(monkeypatch):
+    # two types of tokens that look alike and share every context: they merge, then the loop stops
+    x = _line(0.0, 0.01, 0.02, 0.03)
+    seen, history, _, out = _merge_round(monkeypatch, np.array([0, 1, 0, 1]), x, [np.arange(4)], None,
+                                         match_bonus=5.0, w_lm=0.0, max_rounds=5)
+    assert out.tolist() == [0, 0, 0, 0] and len(history) == 1 and len(seen) == 1
