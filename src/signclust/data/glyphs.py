@@ -6,6 +6,29 @@ import torch
 import torch.nn.functional as F
 
 
+def _ink_square(img: np.ndarray, threshold: float, min_blob: int) -> np.ndarray | None:
+    """One uint8 image, ink bright -> float32 (m, m): the ink binarised at ``threshold``, blobs
+    smaller than ``min_blob`` px dropped (speckle), cropped to its bounding box and centred in a
+    square; None for an image without ink. The first step of both glyph representations."""
+    from scipy.ndimage import label as blobs
+    b = np.asarray(img, dtype=np.float32) / 255.0 > threshold
+    if min_blob > 1 and b.any():
+        lab, _ = blobs(b)
+        sizes = np.bincount(lab.ravel())
+        keep = sizes >= min_blob
+        keep[0] = False
+        b = keep[lab] if keep.any() else b
+    rows, cols = np.flatnonzero(b.any(1)), np.flatnonzero(b.any(0))
+    if len(rows) == 0:
+        return None
+    crop = b[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].astype(np.float32)
+    h, w = crop.shape
+    m = max(h, w)
+    square = np.zeros((m, m), dtype=np.float32)
+    square[(m - h) // 2:(m - h) // 2 + h, (m - w) // 2:(m - w) // 2 + w] = crop
+    return square
+
+
 def normalize_glyphs(images: np.ndarray, threshold: float = 0.3, size: int = 32, blur: float = 1.0,
                      min_blob: int = 6) -> np.ndarray:
     """uint8 (m, H, W), ink bright -> uint8 (m, size, size): the sign's shape without the hand's ink.
@@ -16,26 +39,13 @@ def normalize_glyphs(images: np.ndarray, threshold: float = 0.3, size: int = 32,
     What remains is shape: position, size and ink of a token say nothing about its type.
     """
     from scipy.ndimage import gaussian_filter
-    from scipy.ndimage import label as blobs
     pad = 2
     inner = size - 2 * pad
     out = np.zeros((len(images), size, size), dtype=np.float32)
     for i, img in enumerate(images):
-        b = np.asarray(img, dtype=np.float32) / 255.0 > threshold
-        if min_blob > 1 and b.any():
-            lab, _ = blobs(b)
-            sizes = np.bincount(lab.ravel())
-            keep = sizes >= min_blob
-            keep[0] = False
-            b = keep[lab] if keep.any() else b
-        rows, cols = np.flatnonzero(b.any(1)), np.flatnonzero(b.any(0))
-        if len(rows) == 0:
+        square = _ink_square(img, threshold, min_blob)
+        if square is None:
             continue
-        crop = b[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].astype(np.float32)
-        h, w = crop.shape
-        m = max(h, w)
-        square = np.zeros((m, m), dtype=np.float32)
-        square[(m - h) // 2:(m - h) // 2 + h, (m - w) // 2:(m - w) // 2 + w] = crop
         resized = F.interpolate(torch.from_numpy(square)[None, None], size=(inner, inner), mode="area")[0, 0]
         out[i, pad:pad + inner, pad:pad + inner] = resized.numpy()
     if blur > 0:
@@ -57,25 +67,12 @@ def skeleton_glyphs(images: np.ndarray, size: int = 32, work: int = 64, width: f
     Blank images give zeros.
     """
     from scipy.ndimage import gaussian_filter
-    from scipy.ndimage import label as blobs
     from skimage.morphology import skeletonize
     out = np.zeros((len(images), size, size), dtype=np.float32)
     for i, img in enumerate(images):
-        b = np.asarray(img, dtype=np.float32) / 255.0 > threshold
-        if min_blob > 1 and b.any():
-            lab, _ = blobs(b)
-            sizes = np.bincount(lab.ravel())
-            keep = sizes >= min_blob
-            keep[0] = False
-            b = keep[lab] if keep.any() else b
-        rows, cols = np.flatnonzero(b.any(1)), np.flatnonzero(b.any(0))
-        if len(rows) == 0:
+        square = _ink_square(img, threshold, min_blob)
+        if square is None:
             continue
-        crop = b[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].astype(np.float32)
-        h, w = crop.shape
-        m = max(h, w)
-        square = np.zeros((m, m), dtype=np.float32)
-        square[(m - h) // 2:(m - h) // 2 + h, (m - w) // 2:(m - w) // 2 + w] = crop
         big = F.interpolate(torch.from_numpy(square)[None, None], size=(work, work), mode="bilinear",
                             align_corners=False)[0, 0].numpy() > 0.5
         pen = gaussian_filter(skeletonize(big).astype(np.float32), width)

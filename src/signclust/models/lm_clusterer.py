@@ -313,8 +313,7 @@ def nearest_link(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray
     a, b = z[i], z[j]
     keep = a != b
     a, b, d = np.minimum(a, b)[keep], np.maximum(a, b)[keep], d[keep]
-    m = sparse.coo_matrix((1.0 / (1.0 + d), (a, b)), shape=(k, k)).tocsr()
-    m.sum_duplicates()                       # coo -> csr sums duplicates; take the max instead:
+    # one entry per (a, b) pair, the largest 1 / (1 + d) (coo -> csr would sum duplicates instead)
     best = sparse.coo_matrix((1.0 / (1.0 + d), (a, b)), shape=(k, k))
     order = np.lexsort((-best.data, best.row * k + best.col))
     key = best.row[order] * k + best.col[order]
