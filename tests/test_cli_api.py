@@ -228,13 +228,11 @@ def test_mlflow_links_train_and_evaluate_runs_and_tags_resumed(tiny_corpus, save
         save(self, state)
         raise KeyboardInterrupt
 
-    FitCheckpoint.save = save_then_die
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(FitCheckpoint, "save", save_then_die)
         with pytest.raises(KeyboardInterrupt):
             train("lm_v1", "tiny", [0], params, corpus_dir=folder, dist_dir=None, out_root=out, ckpt_root=ckpt,
                   progress=False)
-    finally:
-        FitCheckpoint.save = save
     again = train("lm_v1", "tiny", [0], params, corpus_dir=folder, dist_dir=None, out_root=out, ckpt_root=ckpt,
                   progress=False)[0]
     assert again["resumed"]

@@ -134,7 +134,7 @@ def markdown(docs: dict, cfg: dict, seeds: dict[str, int]) -> str:
                       f"out: {', '.join(f'`{r}`' for r in left_out)}. The full `dvc repro` writes them all.", ""]
     for c in every:
         d = docs[ours, c]
-        best = f"`{best_of(docs, deep, c)[0]}` {best_of(docs, deep, c)[1]:.3f}" if deep else "– (not run)"
+        best = "`{}` {:.3f}".format(*best_of(docs, deep, c)) if deep else "– (not run)"
         margin = mean(d) - mean(docs[cfg["targets"]["margin_over"], c])
         lines.append(f"| {c} | {d['k_true']} | **{_v(d)}** | {d['mean']['k_found']:.0f} | "
                      + " | ".join(_v(docs[r, c]) for r in refs) + f" | {best} | {margin:+.3f} |")
