@@ -29,15 +29,17 @@ CORE = ["src/signclust/models/train.py", "src/signclust/models/base.py", "src/si
         "src/signclust/config.py", "src/signclust/io.py", "src/signclust/tracking.py", "src/signclust/progress.py"]
 NETS = "src/signclust/models/baselines/_nets.py"
 GLYPHS = "src/signclust/data/glyphs.py"
+# what the distance stage computes with, and what a model reading its outputs computes on demand with
+METRIC = ["src/signclust/distances/l1.py", "src/signclust/distances/hamming.py", "src/signclust/distances/metrics.py"]
 # train group -> (rows, files besides CORE (``{run}`` = the row's method file), needs distances, models key, seed set)
 GROUPS = {
     "lm": (["lm"], ["src/signclust/models/lm_clusterer.py", GLYPHS, NETS], False, False, None),
-    "lm_gradient": (["lm_v1", "lm_seed"], ["src/signclust/models/lm_gradient.py", GLYPHS, NETS,
-                                           "src/signclust/distances/l1.py"], True, False, None),
+    "lm_gradient": (["lm_v1", "lm_seed"], ["src/signclust/models/lm_gradient.py", GLYPHS, NETS] + METRIC,
+                    True, False, None),
     "classical": (["ward_pixels", "ward_glyphs", "kmeans", "ward", "dpgmm"],
                   ["src/signclust/models/baselines/classical.py", NETS, GLYPHS], False, False, None),
     "deep": (["jule", "deepcluster", "twostage", "swav", "deepdpm"],
-             ["src/signclust/models/baselines/{run}.py", NETS], True, True, "suite_deep"),
+             ["src/signclust/models/baselines/{run}.py", NETS] + METRIC, True, True, "suite_deep"),
 }
 EVALUATE = ["src/signclust/evaluation/evaluate.py", "src/signclust/evaluation/metrics.py",
             "src/signclust/models/base.py"]
@@ -71,9 +73,9 @@ def build(params: dict) -> dict:
         "outs": ["data/corpora/${item}", out_file("reports/figures/contact_${item}.png")]}}
     st["distances"] = {"foreach": builtin + suite, "do": {
         "cmd": "python -m signclust.distances.stage ${item}",
-        "deps": ["data/corpora/${item}", "src/signclust/distances/stage.py", "src/signclust/distances/l1.py",
+        "deps": ["data/corpora/${item}", "src/signclust/distances/stage.py", *METRIC, GLYPHS,
                  "src/signclust/data/corpus.py"],
-        "params": ["distances"],
+        "params": ["distances.k", "distances.dense_max_images", "distances.chunk_rows", "distances.metric"],
         "outs": ["data/distances/${item}"]}}
     for group, (runs, files, dist, models_key, seed_set) in GROUPS.items():
         src = [f.replace("{run}", "${item.run}") for f in files]

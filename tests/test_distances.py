@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 
 from signclust.distances import stage
-from signclust.distances.l1 import iter_row_blocks, knn_from_block, l1_sums, mean_l1
+from signclust.distances import l1
+from signclust.distances.hamming import binarised_glyphs, hamming_sums, mean_hamming, pack_bits
+from signclust.distances.l1 import EXACT_F32_PIXELS, iter_row_blocks, knn_from_block, l1_sums, mean_l1
+from signclust.errors import UserError
+from signclust.io import write_json
 from signclust.distances.provider import (MatrixDistances, OnDemandDistances, load_knn, open_distances,
                                           read_meta)
 
@@ -64,6 +68,24 @@ def test_l1_sums_extremes_and_large_images():
     assert l1_sums(b, a).tolist() == [[255 * dim], [0]]
 
 
+def test_float32_kernel_is_exact_up_to_its_bound_and_the_integer_kernel_takes_over_beyond():
+    # 256 x 256 = 65536 px is the largest square image on the float32 path: its worst sum,
+    # 255 x 65536, is still below 2**24
+    assert 256 * 256 <= EXACT_F32_PIXELS < 257 * 257
+    a = np.zeros((1, 256, 256), np.uint8)
+    b = np.full((5, 256, 256), 255, np.uint8)
+    b[1] = 0
+    b[2].flat[::3] = 1
+    assert l1_sums(a, b).tolist() == [[255 * 65536, 0, 255 * 65536 - 254 * len(b[2].flat[::3]), 255 * 65536,
+                                       255 * 65536]]
+    rng = np.random.default_rng(11)
+    x, y = rand_images(rng, 6, (256, 256)), rand_images(rng, 7, (256, 256))
+    out_f, out_i = np.empty((6, 7), np.int64), np.empty((6, 7), np.int64)
+    l1._l1_sums_f32(l1.as_rows(x), l1.as_rows(y), out_f)
+    l1._l1_sums_int(l1.as_rows(x), l1.as_rows(y), out_i)
+    assert np.array_equal(out_f, out_i) and np.array_equal(out_f, naive_sums(x, y))
+
+
 def test_l1_sums_non_contiguous_and_non_uint8_views():
     rng = np.random.default_rng(5)
     big = rand_images(rng, 12, (10, 14))
@@ -94,6 +116,69 @@ def test_mean_l1_matches_float_reference(shape):
     full = mean_l1(np.zeros((1, *shape), np.uint8), np.full((1, *shape), 255, np.uint8))
     assert full[0, 0] == 1.0
     assert (got >= 0).all() and (got <= 1).all()
+
+
+# -- the popcount path -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(48, 48), (7, 9), (8, 8), (1, 65), (32, 32)])
+def test_hamming_equals_the_grey_kernel_on_binary_images(shape):
+    rng = np.random.default_rng(sum(shape))
+    a = (rng.random((9, *shape)) < 0.3).astype(np.uint8) * 255
+    b = (rng.random((11, *shape)) < 0.5).astype(np.uint8) * 255
+    b[0] = 255                                            # every bit set, including the last partial word
+    got = hamming_sums(pack_bits(a), pack_bits(b))
+    assert got.dtype == np.int64 and got.shape == (9, 11)
+    assert np.array_equal(got * 255, l1_sums(a, b))
+    pixels = int(np.prod(shape))
+    assert np.allclose(mean_hamming(pack_bits(a), pack_bits(b), pixels), mean_l1(a, b), atol=1e-7)
+
+
+def test_pack_bits_thresholds_at_half_and_pads_with_zero_bits():
+    img = np.array([[[0, 127, 128, 255, 200]]], np.uint8)
+    bits = pack_bits(img)
+    assert bits.dtype == np.uint64 and bits.shape == (1, 1)
+    assert np.unpackbits(bits.view(np.uint8))[:8].tolist() == [0, 0, 1, 1, 1, 0, 0, 0]
+    assert hamming_sums(bits, pack_bits(np.zeros((1, 1, 5), np.uint8))).tolist() == [[3]]
+
+
+def test_hamming_rejects_rows_of_different_widths():
+    with pytest.raises(ValueError, match="packed rows differ"):
+        hamming_sums(pack_bits(np.zeros((2, 8, 8), np.uint8)), pack_bits(np.zeros((2, 9, 9), np.uint8)))
+
+
+def test_binarised_glyphs_are_0_or_255_and_ignore_position_and_size():
+    img = np.zeros((4, 40, 40), np.uint8)
+    img[0, 5:15, 5:10] = 255                              # an upright bar
+    img[1, 25:35, 30:35] = 255                            # the same bar elsewhere
+    img[2, 10:30, 20:30] = 255                            # twice the size
+    img[3, 5:10, 5:15] = 255                              # a lying bar: another shape
+    g = binarised_glyphs(img)
+    assert set(np.unique(g).tolist()) == {0, 255}
+    d = hamming_sums(pack_bits(g), pack_bits(g))
+    assert d[0, 1] == 0 and d[0, 2] < 0.25 * d[0, 3]
+
+
+def test_stage_with_the_hamming_metric_writes_glyph_hamming_distances(tmp_path):
+    rng = np.random.default_rng(12)
+    x = rand_images(rng, 40, (20, 20), extremes=False)
+    info = stage.compute(x, k=5, dense_max=1000, chunk=16, out_dir=tmp_path, progress=False, metric="hamming_glyphs")
+    assert info["metric"] == "hamming_glyphs"
+    g = binarised_glyphs(x)
+    dist = np.load(tmp_path / "dist.npy")
+    assert np.allclose(dist.astype(np.float64), naive_mean(g, g), rtol=F16_RTOL, atol=1e-7)
+    with pytest.raises(UserError, match="distances.metric must be one of l1, hamming_glyphs, not 'cosine'"):
+        stage.compute(x, k=5, dense_max=1000, chunk=16, out_dir=tmp_path, progress=False, metric="cosine")
+
+
+def test_on_demand_columns_follow_the_metric_of_the_stage(tiny_corpus, tmp_path):
+    c = tiny_corpus(n_types=4, per_type=6, seed=5)
+    info = stage.compute(np.asarray(c.images), k=3, dense_max=0, chunk=8, out_dir=tmp_path, progress=False,
+                         metric="hamming_glyphs")
+    write_json(tmp_path / "meta.json", info)                 # as the stage's CLI does
+    ond = open_distances(c, tmp_path)
+    assert isinstance(ond, OnDemandDistances)
+    g = binarised_glyphs(c.token_images())
+    assert np.allclose(ond.columns(np.arange(c.n_tokens)), naive_mean(g, g), atol=1e-6)
 
 
 def test_iter_row_blocks_cover_all_rows():
@@ -168,7 +253,6 @@ def test_compute_dense_matrix_and_knn(tmp_path):
 
 
 def test_compute_k_larger_than_set_and_k_zero(tmp_path):
-    from signclust.errors import UserError
     x = rand_images(np.random.default_rng(9), 4, (5, 5))
     info = stage.compute(x, k=15, dense_max=10, chunk=3, out_dir=tmp_path, progress=False)
     assert info["k"] == 3

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from signclust.data.corpus import Corpus
-from signclust.distances.l1 import mean_l1
+from signclust.distances.metrics import prepare
 
 
 class DistanceProvider:
@@ -56,9 +56,11 @@ class MatrixDistances(DistanceProvider):
 class OnDemandDistances(DistanceProvider):
     """Columns computed from the images when first asked for, kept in an LRU cache."""
 
-    def __init__(self, images: np.ndarray, image_index: np.ndarray, cache_columns: int = 4096):
+    def __init__(self, images: np.ndarray, image_index: np.ndarray, cache_columns: int = 4096,
+                 metric: str = "l1"):
         super().__init__(image_index)
         self.images = images
+        self.rows, self.between = prepare(images, metric)      # what the metric compares, and how
         self.cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self.cache_columns = cache_columns
         self.computed = 0            # columns computed so far (for tests and logs)
@@ -69,7 +71,7 @@ class OnDemandDistances(DistanceProvider):
             return np.zeros((len(self.images), 0), np.float32)
         missing = [int(i) for i in dict.fromkeys(image_ids.tolist()) if int(i) not in self.cache]
         if missing:
-            fresh = mean_l1(self.images, self.images[missing])
+            fresh = self.between(self.rows, self.rows[missing])
             self.computed += len(missing)
             for col, img in enumerate(missing):
                 self.cache[img] = fresh[:, col].copy()
@@ -82,11 +84,14 @@ class OnDemandDistances(DistanceProvider):
 
 def open_distances(corpus: Corpus, folder: str | Path | None, cache_columns: int = 4096) -> DistanceProvider:
     """The precomputed matrix when the distance stage wrote one, else on-demand columns."""
+    metric = "l1"
     if folder is not None:
         path = Path(folder) / "dist.npy"
         if path.exists():
             return MatrixDistances(np.load(path, mmap_mode="r"), corpus.image_index())
-    return OnDemandDistances(corpus.images, corpus.image_index(), cache_columns)
+        if (Path(folder) / "meta.json").exists():
+            metric = read_meta(folder).get("metric", "l1")        # written only when not l1
+    return OnDemandDistances(corpus.images, corpus.image_index(), cache_columns, metric)
 
 
 def load_knn(folder: str | Path) -> tuple[np.ndarray, np.ndarray] | None:

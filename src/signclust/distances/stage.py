@@ -20,15 +20,17 @@ from signclust import tracking
 from signclust.config import REPO_ROOT, section
 from signclust.data.corpus import Corpus
 from signclust.distances.l1 import iter_row_blocks, knn_from_block
+from signclust.distances.metrics import prepare
 from signclust.errors import UserError, cli_main
 from signclust.io import atomic_dir, write_json
 
 
 def compute(images: np.ndarray, k: int, dense_max: int, chunk: int, out_dir: Path,
-            progress: bool = True) -> dict:
+            progress: bool = True, metric: str = "l1") -> dict:
     m = len(images)
     if k < 1:
         raise UserError("distances.k must be at least 1")
+    rows, between = prepare(images, metric)
     dense = m <= dense_max
     matrix = np.lib.format.open_memmap(out_dir / "dist.npy", mode="w+", dtype=np.float16,
                                        shape=(m, m)) if dense else None
@@ -36,7 +38,7 @@ def compute(images: np.ndarray, k: int, dense_max: int, chunk: int, out_dir: Pat
     knn_idx = np.empty((m, k_eff), dtype=np.int64)
     knn_dist = np.empty((m, k_eff), dtype=np.float32)
     with tqdm(total=m, desc="distances", unit="img", disable=not progress, mininterval=1) as bar:
-        for start, stop, block in iter_row_blocks(images, chunk):
+        for start, stop, block in iter_row_blocks(rows, chunk, between):
             if dense:
                 matrix[start:stop] = block.astype(np.float16)
             knn_idx[start:stop], knn_dist[start:stop] = knn_from_block(block, start, k_eff)
@@ -45,7 +47,8 @@ def compute(images: np.ndarray, k: int, dense_max: int, chunk: int, out_dir: Pat
         matrix.flush()
         del matrix
     np.savez(out_dir / "knn.npz", indices=knn_idx, distances=knn_dist)
-    return {"images": m, "dense": dense, "k": k_eff, "pixels": int(np.prod(images.shape[1:]))}
+    info = {"images": m, "dense": dense, "k": k_eff, "pixels": int(np.prod(images.shape[1:]))}
+    return info if metric == "l1" else {**info, "metric": metric}
 
 
 OUT_FILES = {"dist.npy", "knn.npz", "meta.json"}
@@ -78,15 +81,15 @@ def main(argv=None):
     t0 = time.time()
     with atomic_dir(out) as tmp:
         info = compute(np.asarray(corpus.images), int(cfg["k"]), int(cfg["dense_max_images"]),
-                       int(cfg["chunk_rows"]), tmp)
-        info["seconds"] = round(time.time() - t0, 3)
-        info["pairs_per_second"] = float(info["images"] ** 2 / max(info["seconds"], 1e-9))
+                       int(cfg["chunk_rows"]), tmp, metric=str(cfg["metric"]))
+        # meta.json is a dependency of every train stage: no wall time in it (MLflow has it)
         write_json(tmp / "meta.json", info)
+    seconds = time.time() - t0
     print(f"{args.corpus}: {info['images']} images, dense={info['dense']}, k={info['k']}, "
-          f"{info['seconds']:.1f}s -> {out}")
+          f"{seconds:.1f}s -> {out}")
     with tracking.run("distances", args.corpus) as run:
         run.log_params({"corpus": args.corpus, **cfg})
-        run.log_metrics(info)
+        run.log_metrics({**info, "seconds": seconds, "pairs_per_second": info["images"] ** 2 / max(seconds, 1e-9)})
 
 
 if __name__ == "__main__":
