@@ -240,3 +240,24 @@ def test_every_declared_param_has_a_doc():
         cls = get_class(method)
         if cls.PARAMS is not None:
             assert all(p.doc for p in cls.PARAMS.values()), method
+
+
+def test_params_yaml_survives_dvc_exp_run_set_param(tmp_path):
+    """`dvc exp run -S key=value` rewrites params.yaml through ruamel (dvc.utils.hydra.apply_overrides,
+    the function it calls): every list comes back in block style and comments attached to a replaced
+    list are dropped. params.yaml is kept in that form, so one value set changes its own line only."""
+    import difflib
+    import shutil
+
+    from dvc.utils.hydra import apply_overrides
+    path = tmp_path / "params.yaml"
+    shutil.copy(REPO_ROOT / "params.yaml", path)
+    before = path.read_text().splitlines()
+    apply_overrides(path, ["distances.k=15"])                        # a value it already has
+    assert path.read_text().splitlines() == before
+    apply_overrides(path, ["distances.k=16", "+runs.lm.params.context_beta=0.2"])
+    changed = [line for line in difflib.unified_diff(before, path.read_text().splitlines(), lineterm="", n=0)
+               if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert [c.split("#")[0].rstrip() for c in changed] == [
+        "-  k: 15", "+  k: 16", "-  lm: {method: lm}", "+  lm: {method: lm, params: {context_beta: 0.2}}"]
+    assert sum(line.count("#") for line in before) == path.read_text().count("#")   # no comment lost
