@@ -92,6 +92,18 @@ def make_tiny_corpus(n_types: int = 4, per_type: int = 8, n_texts: int = 4, size
                                     "attribution": "tests"})
 
 
+def ward_study_params(trials: int = 3, workers: int = 1) -> dict:
+    """The real params.yaml with a small `tune` section: a Ward study over two choices (seconds)."""
+    from signclust.config import load_params
+    params = load_params()
+    params["tune"] = {"trials": trials, "workers": workers, "objective": "supervised", "fit_seed": 0,
+                      "sampler_seed": 0, "pruner": {"type": "none"}, "heartbeat_s": 5, "grace_s": 20, "max_retry": 1,
+                      "report_seeds": [0], "unsupervised": {"lm_weight": 1.0, "hom_weight": 1.0, "folds": 3},
+                      "intermediate": {}, "fixed": {},
+                      "spaces": {"ward": {"pca_dim": {"choices": [0, 5, 10]}, "glyphs": {"choices": [False, True]}}}}
+    return params
+
+
 @pytest.fixture
 def tiny_corpus():
     """Factory fixture: ``tiny_corpus(**kwargs)`` -> Corpus (see :func:`make_tiny_corpus`)."""

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import yaml
+from conftest import ward_study_params
 
 from signclust.config import load_params
 from signclust.errors import UserError
@@ -86,13 +87,7 @@ def test_journal_export_and_import_keep_the_study(tmp_path):
 # -- end to end: a side study and a re-run leave the committed outputs alone -------------------------
 
 def _params() -> dict:
-    params = load_params()
-    params["tune"] = {"trials": 3, "workers": 1, "objective": "supervised", "fit_seed": 0, "sampler_seed": 0,
-                      "pruner": {"type": "none"}, "heartbeat_s": 5, "grace_s": 20, "max_retry": 1,
-                      "report_seeds": [0], "unsupervised": {"lm_weight": 1.0, "hom_weight": 1.0, "folds": 3},
-                      "intermediate": {}, "fixed": {},
-                      "spaces": {"ward": {"pca_dim": {"choices": [0, 5, 10]}, "glyphs": {"choices": [False, True]}}}}
-    return params
+    return ward_study_params(trials=3, workers=1)
 
 
 def _snapshot(*folders) -> dict:
