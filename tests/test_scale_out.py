@@ -1,6 +1,7 @@
 """The scale-out path (scripts/scale_out.py): a local PostgreSQL, an MLflow tracking server on it,
 and a study with two worker processes sharing that database and logging to that server. Skipped,
-with the script's own one-line reason, where PostgreSQL or the server cannot be started."""
+with the script's own one-line reason, where PostgreSQL cannot be started (a failing MLflow server
+is a failure, not a skip)."""
 from __future__ import annotations
 
 import json
