@@ -6,7 +6,7 @@ popcount: LLVM's ctpop, which is the CPU's POPCNT instruction where there is one
 trick elsewhere. A 32 x 32 glyph is 16 words instead of 1024 byte differences: the exact result at a
 small fraction of the grey-level cost (``benchmarks/bench_distances.py`` prints the ratios).
 
-    bits = pack_glyphs(images)                  # (n, words) uint64, ink >= threshold
+    bits = pack_bits(binarised_glyphs(images))  # (n, words) uint64, ink >= threshold
     hamming_sums(bits, bits)                    # (n, n) int64 differing pixels
     mean_hamming(bits, bits, pixels)            # (n, n) float32 in [0, 1]
 

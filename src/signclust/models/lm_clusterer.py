@@ -17,7 +17,13 @@ to be tuned against the scale or style of the images:
            the partner, and the floor of L_hom: no visual evidence is stronger than the odds of
            picking one type out of K.
 
-    merge gain(u, v) = w_lm dL_LM(u, v) + max(w_hom dL_hom(u, v), w_dup prior(u, v))
+    merge gain(u, v) = w_lm dL_LM(u, v) + max(w_hom lo(d_min(u, v)) - link_c0, w_dup prior(u, v))
+                       + w_hom S(u, v)
+
+where lo(d) = a - b d is the pair model's log-odds, d_min(u, v) the closest token pair of the two
+types on a token kNN graph, and S(u, v) the sum of lo over the pairs of their tokens that share a
+text (one hand: like compared with like). A clean corpus has no pair model: its visual term is the
+prior plus ``match_bonus`` for mutually nearest types that pass a ratio test.
 
 ``fit`` starts from visual micro-clusters and merges greedily (the best disjoint pairs first,
 a few per cent of the types per round) while the gain is positive. K, the number of types, is
