@@ -5,8 +5,9 @@ CNN -> projection MLP -> L2 normalisation -> prototypes (a bias-free linear laye
 weight rows are re-normalised every step, so scores are cosines). Codes q for the two
 full views come from Sinkhorn-Knopp on the detached scores (equipartition over the batch,
 optionally enlarged by a queue of past features); each view's softmax(scores / tau) is
-trained to predict the *other* views' codes. Prototypes can be frozen for the first
-``freeze_prototypes_epochs`` (the paper: one epoch).
+trained to predict the *other* views' codes. Prototypes are frozen for the first
+``freeze_prototypes_epochs`` (default one epoch, as in the paper's code: its
+``freeze_prototypes_niters`` is one epoch of iterations in every released script).
 
 Assignment: argmax prototype score of the clean image; embedding: the normalised
 projection (the space the prototypes live in). The paper's LARS optimiser is replaced by
@@ -104,7 +105,11 @@ class SwAV(Baseline):
         # 128 is meaningless with ~300 prototypes (sign inventories)
         "queue_length": Param(1024, int, min=0, doc="past features added to Sinkhorn's batch (0: none)"),
         "queue_start_epoch": Param(2, int, min=0, doc="epoch from which the queue is used"),
-        "freeze_prototypes_epochs": Param(0.0, float, min=0,
+        # main_swav.py --freeze_prototypes_niters: 313 iterations at batch 4096 (swav_400ep) and
+        # 5005 at batch 256 (swav_400ep_bs256), i.e. one epoch in both. The codes are soft at
+        # first (random prototypes, eps 0.05): updating the prototypes from the start lets them
+        # chase the features instead of the features settling on the prototypes.
+        "freeze_prototypes_epochs": Param(1.0, float, min=0,
                                           doc="prototypes get no update this long (may be fractional)"),
         "embed_batch": Param(512, int, min=1, doc="images per no-grad forward when embedding"),
     }
