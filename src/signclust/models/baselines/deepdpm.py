@@ -14,13 +14,18 @@ On fixed features (codes) x_i in R^D:
   f the NIW marginal likelihood in closed form; merge each cluster with one of its 3 nearest
   clusters (by mean) with H_m = 1 / H_s. A move is taken when H > 1, and otherwise with
   probability H (``stochastic``). After a split the two sub-clusters become clusters (the
-  clustering net's output unit is duplicated); after a merge the two clusters become the
-  sub-clusters of the merged one.
+  clustering net's output unit is duplicated); after a merge the merged cluster gets fresh
+  sub-clusters (2-means on its first principal component, as the authors' code).
 
 Features (DeepDPM clusters a learned embedding; on MNIST an autoencoder's 10-d codes):
 ``features: pca`` (default, CPU-cheap: pixels -> PCA) or ``features: ae`` (a small conv
 autoencoder trained first with MSE). DeepDPM's alternation of AE and clustering training
 (its "end-to-end" variant) is not reproduced; the paper's main setting clusters fixed codes.
+The paper's MNIST/USPS/Fashion-MNIST figures cluster UMAP embeddings of AE codes (the authors'
+make_umap_embeddings.py: UMAP to 10 dims, n_neighbors 20, min_dist 0; then DeepDPM.py's default
+``--transform_input_data normalize``, L2 rows): ``umap_dim: 10, transform: normalize`` (needs
+umap-learn, not a project dependency). Off by default and in the ``paper`` preset (``umap_dim:
+0``), which keeps the end-to-end MNIST command's ``--transform_input_data None``.
 
 Choices taken from the authors' code where the paper is silent: schedule (sub-clustering from
 epoch 45, moves from 55, one every 30 epochs, parameters frozen 5 epochs after a move), nets
@@ -366,6 +371,31 @@ def ae_features(images: np.ndarray, feat_dim: int, width: int, epochs: int, lr: 
     return embed(model.encoder, X, device=device)
 
 
+def umap_embed(z: np.ndarray, dim: int, n_neighbors: int, min_dist: float, seed: int) -> np.ndarray:
+    """The authors' make_umap_embeddings.py: ``umap.UMAP(n_neighbors=20, min_dist=0,
+    n_components=10)`` on the codes, before DeepDPM.py's input transform (its default: L2 rows,
+    the scale the NIW prior's Psi = 0.005 I was set for). UMAP with min_dist 0 packs each kNN
+    neighbourhood into a tight clump. Seeded, single-threaded (deterministic)."""
+    try:
+        import umap
+    except ImportError as e:          # pragma: no cover - depends on the environment
+        raise UserError("deepdpm: umap_dim > 0 needs umap-learn (pip install umap-learn), "
+                        "or set umap_dim: 0") from e
+    import warnings
+    z = np.asarray(z, dtype=np.float64)
+    n = len(z)
+    if n < 4:
+        return z
+    dim = int(min(dim, n - 2))
+    reducer = umap.UMAP(n_components=dim, n_neighbors=int(min(n_neighbors, n - 1)), min_dist=min_dist,
+                        random_state=seed, n_jobs=1)
+    with warnings.catch_warnings():
+        # spectral initialisation falls back to random on a disconnected kNN graph; n_jobs with a seed
+        warnings.simplefilter("ignore")
+        out = reducer.fit_transform(z)
+    return np.asarray(out, dtype=np.float64)
+
+
 # =========================================================================== the clusterer
 @register
 class DeepDPM(Clusterer):
@@ -378,6 +408,12 @@ class DeepDPM(Clusterer):
         "feat_dim": Param(10, int, min=1, doc="code size D"),
         "transform": Param("scale", str, choices=("none", "scale", "standard", "normalize"),
                            doc="none | scale (one global std) | standard | normalize (L2 rows)"),
+        # the paper's MNIST/USPS/Fashion pipeline (the authors' make_umap_embeddings.py + DeepDPM.py):
+        # AE codes -> UMAP(10 dims, n_neighbors 20, min_dist 0) -> L2-normalised rows -> DeepDPM
+        "umap_dim": Param(0, int, min=0, doc="UMAP the codes to this many dims before clustering "
+                          "(0: off; the paper's pipeline: 10; needs umap-learn)"),
+        "umap_neighbors": Param(20, int, min=2, doc="UMAP n_neighbors (the authors' 20)"),
+        "umap_min_dist": Param(0.0, float, min=0, doc="UMAP min_dist (the authors' 0)"),
         "ae_epochs": Param(30, int, min=1, doc="autoencoder epochs (features: ae)"),
         "ae_width": Param(16, int, min=1, doc="autoencoder conv width"),
         "ae_lr": Param(1e-3, float, gt=0, doc="autoencoder Adam learning rate"),
@@ -407,6 +443,7 @@ class DeepDPM(Clusterer):
     }
     PRESETS = {"paper": {
         "features": "ae", "feat_dim": 10, "transform": "none",
+        "umap_dim": 0, "umap_neighbors": 20, "umap_min_dist": 0.0,
         "ae_epochs": 50, "ae_width": 32, "ae_lr": 1e-3,
         "init_k": 3, "alpha": 10.0, "kappa": 1e-4, "nu": None,
         "psi_choice": "isotropic", "psi_scale": 0.005, "pi_prior_counts": 0.1,
@@ -421,9 +458,11 @@ class DeepDPM(Clusterer):
         return self.params
 
     def validate(self):
-        nu, d = self.params["nu"], self.params["feat_dim"]
+        nu = self.params["nu"]
+        umap_dim = self.params["umap_dim"]
+        d, what = (umap_dim, "umap_dim") if umap_dim > 0 else (self.params["feat_dim"], "feat_dim")
         if nu is not None and nu <= d - 1:
-            raise UserError(f"deepdpm.nu: {nu:g} is not allowed (expected a number > feat_dim - 1 = {d - 1}, "
+            raise UserError(f"deepdpm.nu: {nu:g} is not allowed (expected a number > {what} - 1 = {d - 1}, "
                             "or null)")
 
     # -- features -------------------------------------------------------------------
@@ -443,6 +482,9 @@ class DeepDPM(Clusterer):
                             float(c["ae_lr"]), int(c["batch_size"]), device, gen, ctx.progress,
                             ckpt, resume)
         z = np.asarray(z, dtype=np.float64)
+        if int(c["umap_dim"]) > 0:
+            z = umap_embed(z, int(c["umap_dim"]), int(c["umap_neighbors"]), float(c["umap_min_dist"]),
+                           int(ctx.seed))
         t = c["transform"]
         if t == "scale":
             # one factor for all dims: keeps PCA's variance ordering, fixes the scale that the
@@ -767,17 +809,15 @@ class _DPMRun:
             new_z[m] = j
             src_net.append(best)
             sub_src.append(best)
-        old = (self.mus.copy(), self.covs.copy(), self.pi.copy())
         old_subs = (self.mus_sub.copy(), self.covs_sub.copy(), self.pi_sub.copy())
         self._apply(np.array(mus), np.array(covs), np.array(pi), new_z, src_net, sub_src, epoch)
         for j, k in enumerate(keep):
             self.mus_sub[j], self.covs_sub[j], self.pi_sub[j] = (o[k] for o in old_subs)
-        # the two merged clusters become the merged cluster's sub-clusters, so that the
-        # reverse split is the move proposed next
-        for j, (p, q, _, _) in enumerate(pairs, start=len(keep)):
-            self.mus_sub[j] = np.stack([old[0][p], old[0][q]])
-            self.covs_sub[j] = np.stack([old[1][p], old[1][q]])
-            self.pi_sub[j] = np.array([old[2][p], old[2][q]])
+        # the merged clusters get fresh sub-clusters (2-means on the first principal component of
+        # their points), as the authors' update_subclusters_params_merge (how_to_init_mu_sub
+        # kmeans_1d); seeding them with the two merged clusters would propose the rejected reverse
+        # split again at the next split step
+        self._init_subclusters(range(len(keep), self.K))
 
     def _apply(self, mus, covs, pi, new_z, src_net, sub_src, epoch) -> None:
         self.K = len(mus)

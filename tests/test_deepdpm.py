@@ -1,0 +1,114 @@
+"""DeepDPM: the split/merge moves must infer K from a wrong start, and the paper's feature pipeline
+(codes -> UMAP(10, n_neighbors 20, min_dist 0) -> L2 rows, the authors' make_umap_embeddings.py and
+DeepDPM.py) must be what is clustered when asked for. Each test a few seconds on one thread."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import v_measure_score
+
+from signclust.errors import UserError
+from signclust.models.base import FitContext, get_clusterer
+from signclust.models.baselines import deepdpm as dd
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# a short schedule: M-steps from epoch 5, sub-clusters from 10, a move every 10 epochs from 15
+_FAST = dict(max_epochs=130, start_computing_params=5, start_sub_clustering=10, start_splitting=15,
+             split_merge_every=10, batch_size=32, stochastic=False)
+
+
+def _blobs(k: int, per: int, d: int, sep: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """k well-separated isotropic Gaussian blobs (unit variance, centres ``sep`` apart on axes
+    and their pairwise sums), scaled as the clusterer's default ``transform: scale`` does."""
+    rng = np.random.default_rng(seed)
+    centres = np.zeros((k, d))
+    for j in range(k):
+        centres[j, j % d] = sep
+        if j >= d:
+            centres[j, (j + 1) % d] = sep
+    y = np.repeat(np.arange(k), per)
+    x = centres[y] + rng.normal(size=(k * per, d))
+    return (x - x.mean(axis=0)) / x.std(), y
+
+
+def _run(x: np.ndarray, **cfg) -> dd._DPMRun:
+    gen = torch.Generator()
+    gen.manual_seed(0)
+    torch.manual_seed(0)
+    run = dd._DPMRun(x, {**dd.DeepDPM.DEFAULTS, **_FAST, **cfg}, 0, torch.device("cpu"), gen)
+    run.train(FitContext(seed=0, progress=False))
+    return run
+
+
+@pytest.mark.parametrize("init_k", [2, 16])
+def test_split_merge_reaches_k_from_a_wrong_start(init_k):
+    """8 blobs of 60 points in 6-D (the sign corpora's tens of points per type), started from
+    too few (2: only splits can reach 8) or too many clusters (16: only merges can): K within
+    ±20% of 8 and the blobs recovered."""
+    x, y = _blobs(8, 60, 6, sep=12.0)
+    run = _run(x, init_k=init_k)
+    labels = run.predict()
+    k = len(np.unique(labels))
+    assert 0.8 * 8 <= k <= 1.2 * 8, (k, run.k_history[::10])
+    assert v_measure_score(y, labels) > 0.85
+    moved = "split" if init_k < 8 else "merge"
+    assert any(m["type"] == moved for m in run.moves)
+
+
+def test_merged_cluster_gets_fresh_principal_axis_subclusters():
+    """After a merge the merged cluster's sub-clusters are 2-means on the first principal
+    component of its points (the authors' update_subclusters_params_merge, kmeans_1d), not the
+    two clusters just merged (whose reverse split the merge has just rejected)."""
+    rng = np.random.default_rng(1)
+    blob = rng.normal(size=(300, 2)) * np.array([1.0, 3.0])      # elongated along y
+    far = rng.normal(size=(100, 2)) + np.array([30.0, 0.0])
+    x = np.concatenate([blob, far])
+    z = np.r_[np.where(blob[:, 0] < 0, 1, 2), np.zeros(100, int)]   # the blob cut across its short axis
+    gen = torch.Generator()
+    gen.manual_seed(0)
+    run = dd._DPMRun(x, {**dd.DeepDPM.DEFAULTS, **_FAST, "init_k": 3}, 0, torch.device("cpu"), gen)
+    run.z = z
+    run.pi, run.mus, run.covs = dd.map_params(x, np.eye(3)[z], run.prior, 0.1)
+    run._init_subclusters(range(3))
+    run._merge_step(epoch=20)
+    assert run.K == 2 and run.moves[-1]["type"] == "merge" and sorted(run.moves[-1]["clusters"]) == [1, 2]
+    merged = run.K - 1                                          # merged clusters are appended
+    assert np.array_equal(run.z == merged, np.arange(400) < 300)
+    sub = dd.two_means_1d(blob)                                 # cuts the blob across y, its long axis
+    want = np.stack([blob[sub == s].mean(axis=0) for s in (0, 1)])
+    got = run.mus_sub[merged]
+    assert np.allclose(got[np.argsort(got[:, 1])], want[np.argsort(want[:, 1])], atol=1e-3)
+    assert abs(got[0, 1] - got[1, 1]) > 3.0 and abs(got[0, 0] - got[1, 0]) < 0.5
+
+
+def test_umap_params_checked():
+    assert get_clusterer("deepdpm").params["umap_dim"] == 0       # off unless asked (umap-learn)
+    p = get_clusterer("deepdpm", umap_dim=10).params               # the authors' UMAP settings
+    assert (p["umap_neighbors"], p["umap_min_dist"]) == (20, 0.0)
+    # nu is checked against the dimension actually clustered
+    get_clusterer("deepdpm", feat_dim=32, umap_dim=10, nu=12.0)
+    with pytest.raises(UserError, match="umap_dim - 1"):
+        get_clusterer("deepdpm", feat_dim=4, umap_dim=10, nu=5.0)
+    with pytest.raises(UserError):
+        get_clusterer("deepdpm", umap_dim=-1)
+
+
+@pytest.mark.slow                     # numba compiles UMAP on first use (tens of seconds, once)
+def test_umap_codes_are_what_is_clustered(tiny):
+    """With umap_dim the clustered codes are UMAP's (umap_dim wide), then L2 rows; seeded."""
+    from signclust.models.baselines._nets import fit_setup
+    m = get_clusterer("deepdpm", feat_dim=8, umap_dim=3, umap_neighbors=5, transform="normalize")
+    ctx = FitContext(seed=0, progress=False, device="cpu")
+    z = m.codes(tiny, ctx, *fit_setup(ctx))
+    assert z.shape == (tiny.n_tokens, 3)
+    assert np.allclose(np.linalg.norm(z, axis=1), 1.0)
+    assert np.array_equal(z, m.codes(tiny, ctx, *fit_setup(ctx)))
