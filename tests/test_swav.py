@@ -62,6 +62,21 @@ def test_default_freezes_the_prototypes_for_one_epoch_as_the_paper_code():
     assert SwAV.PRESETS["paper"]["freeze_prototypes_epochs"] == 1
 
 
+def test_default_epsilon_is_the_official_readmes_lower_value():
+    # facebookresearch/swav README, Common Issues: "use a lower epsilon value (--epsilon 0.03
+    # instead of the default 0.05)"; the paper preset keeps the scripts' 0.05
+    assert SwAV().p["epsilon"] == 0.03
+    assert SwAV.PRESETS["paper"]["epsilon"] == 0.05
+
+
+def test_lower_epsilon_gives_more_peaked_codes():
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.nn.functional.normalize(torch.randn(128, 16, generator=gen), dim=1) @ \
+        torch.nn.functional.normalize(torch.randn(10, 16, generator=gen), dim=1).t()
+    peak = {eps: float(sinkhorn(scores, eps=eps, n_iters=3).max(1).values.mean()) for eps in (0.05, 0.03)}
+    assert peak[0.03] > peak[0.05]
+
+
 def _one_epoch(model: SwAV, n: int = 24, seed: int = 0):
     """One SwAV epoch on random 16-px images with the model's parameters; returns the
     (normalised) prototypes and backbone weight before and after, and the epoch's iterations."""

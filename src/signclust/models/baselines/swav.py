@@ -95,7 +95,14 @@ class SwAV(Baseline):
         "proj_dim": Param(64, int, min=1, doc="projection size (the space of the prototypes)"),
         "prototype_factor": Param(1.0, float, gt=0, doc="prototypes = round(factor * K_true)"),
         "temperature": Param(0.1, float, gt=0, doc="tau of the swapped-prediction softmax"),
-        "epsilon": Param(0.05, float, gt=0, doc="entropic regularisation of Sinkhorn"),
+        # The paper's scripts use 0.05 with 3000 prototypes; the official README's first remedy
+        # when training does not take off is "--epsilon 0.03 instead of the default 0.05"
+        # (lower epsilon: more peaked codes). With K_true = 10 prototypes and ~200 steps the
+        # codes stayed soft at 0.05 (mean max code weight 0.57 after 10 epochs on MNIST).
+        # Dev sets, 10 epochs, seeds 0-2: sklearn digits NMI 0.726/0.692/0.544 -> 0.815/0.804/0.704
+        # (seed 0: 0.02 gave 0.756, 0.04 0.753); Fashion-MNIST 3k 0.531/0.474/0.461 ->
+        # 0.474/0.473/0.455 (a small loss there). MNIST-test 3k, seed 0: 0.559 -> 0.620.
+        "epsilon": Param(0.03, float, gt=0, doc="entropic regularisation of Sinkhorn"),
         "sinkhorn_iters": Param(3, int, min=0, doc="Sinkhorn-Knopp iterations"),
         "n_small_crops": Param(0, int, min=0, doc="multi-crop: extra low-resolution views"),
         "small_crop_size": Param(0.5, float, gt=0, max=1, doc="their side, as a fraction of the image side"),
