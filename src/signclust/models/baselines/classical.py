@@ -86,7 +86,7 @@ class WardPixels(PixelClusterer):
 
 @register
 class DPGMMPixels(PixelClusterer):
-    """Variational Dirichlet-process GMM (truncated stick-breaking, diagonal covariances):
+    """Variational Dirichlet-process GMM (truncated stick-breaking, diagonal covariances by default):
     ``n_components`` is only an upper bound, the prior empties the components it does not need;
     the number of components that own tokens is the inferred K."""
     name = "dpgmm"
@@ -94,9 +94,15 @@ class DPGMMPixels(PixelClusterer):
     # sklearn's variational DP collapses to 1-2 components on 50 PCA dims of digit-like
     # images (the Wishart prior's dof = n_dims pseudo-counts per component) and keeps
     # spurious components when dims approach n; 20 dims was the workable middle.
+    # reports/dpgmm_k_sensitivity.md (scripts/dpgmm_k_sensitivity.py) measures K against PCA dims,
+    # covariance model, truncation, variance floor and alpha on cypriot and Fashion-MNIST: no
+    # setting gives K in band with a sensible V on both (the variational updates prune nothing
+    # from a 400-component k-means start, or one broad component swallows most tokens).
     PARAMS = {**PixelClusterer.PARAMS,
               "pca_dim": Param(20, int, min=0, doc="PCA components of the pixels (0: raw pixels)"),
               "n_components": Param(400, int, min=1, doc="truncation level (upper bound on K)"),
+              "covariance_type": Param("diag", str, choices=("diag", "full", "tied", "spherical"),
+                                       doc="component covariances (sklearn's covariance_type)"),
               "weight_concentration": Param(None, float, gt=0, nullable=True,
                                             doc="DP alpha (null: 1 / n_components, sklearn's)"),
               "reg_covar": Param(1e-3, float, min=0,
@@ -110,7 +116,7 @@ class DPGMMPixels(PixelClusterer):
         from sklearn.mixture import BayesianGaussianMixture
         p = self.p
         gmm = BayesianGaussianMixture(
-            n_components=int(min(p["n_components"], len(x))), covariance_type="diag",
+            n_components=int(min(p["n_components"], len(x))), covariance_type=p["covariance_type"],
             weight_concentration_prior_type="dirichlet_process",
             weight_concentration_prior=p["weight_concentration"], reg_covar=p["reg_covar"],
             max_iter=p["max_iter"], n_init=p["n_init"], tol=p["tol"], random_state=ctx.seed)
@@ -122,6 +128,7 @@ class DPGMMPixels(PixelClusterer):
         # the predicted components are arbitrary indices into the truncation; renumber 0..K-1
         labels = np.unique(labels, return_inverse=True)[1]
         return labels, {"converged": bool(gmm.converged_), "n_iter": int(gmm.n_iter_),
-                        "lower_bound": float(gmm.lower_bound_),
+                        # sklearn 1.9 gives the tied model's bound as shape (1,), the others' as ()
+                        "lower_bound": float(np.asarray(gmm.lower_bound_).reshape(-1)[0]),
                         "n_convergence_warnings": len(caught),
                         "effective_components": int((gmm.weights_ > 1.0 / len(x)).sum())}
