@@ -18,16 +18,11 @@ from signclust.models.baselines import jule as jl
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """These nets are tiny: intra-op threads only add synchronisation (tens of times slower
-    on a shared 2-core machine). Import every model module first: one of them sets numba's
-    OpenMP thread count on import, which is torch's too."""
-    get_clusterer("jule")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """These nets are tiny: one torch thread (conftest's fixture; tens of times faster on a
+    shared 2-core machine)."""
     yield
-    torch.set_num_threads(before)
 
 
 def _glyph(kind: int, rng: np.random.Generator, size: int = 32) -> np.ndarray:

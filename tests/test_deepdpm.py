@@ -13,12 +13,9 @@ from signclust.models.base import FitContext, get_clusterer
 from signclust.models.baselines import deepdpm as dd
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(before)
 
 
 # a short schedule: M-steps from epoch 5, sub-clusters from 10, a move every 10 epochs from 15
@@ -40,11 +37,16 @@ def _blobs(k: int, per: int, d: int, sep: float, seed: int = 0) -> tuple[np.ndar
     return (x - x.mean(axis=0)) / x.std(), y
 
 
-def _run(x: np.ndarray, **cfg) -> dd._DPMRun:
+def _new_run(x: np.ndarray, **cfg) -> dd._DPMRun:
+    """A DPM run on codes ``x`` with the short schedule, seed 0, not yet trained."""
     gen = torch.Generator()
     gen.manual_seed(0)
+    return dd._DPMRun(x, {**dd.DeepDPM.DEFAULTS, **_FAST, **cfg}, 0, torch.device("cpu"), gen)
+
+
+def _run(x: np.ndarray, **cfg) -> dd._DPMRun:
     torch.manual_seed(0)
-    run = dd._DPMRun(x, {**dd.DeepDPM.DEFAULTS, **_FAST, **cfg}, 0, torch.device("cpu"), gen)
+    run = _new_run(x, **cfg)
     run.train(FitContext(seed=0, progress=False))
     return run
 
@@ -73,9 +75,7 @@ def test_merged_cluster_gets_fresh_principal_axis_subclusters():
     far = rng.normal(size=(100, 2)) + np.array([30.0, 0.0])
     x = np.concatenate([blob, far])
     z = np.r_[np.where(blob[:, 0] < 0, 1, 2), np.zeros(100, int)]   # the blob cut across its short axis
-    gen = torch.Generator()
-    gen.manual_seed(0)
-    run = dd._DPMRun(x, {**dd.DeepDPM.DEFAULTS, **_FAST, "init_k": 3}, 0, torch.device("cpu"), gen)
+    run = _new_run(x, init_k=3)
     run.z = z
     run.pi, run.mus, run.covs = dd.map_params(x, np.eye(3)[z], run.prior, 0.1)
     run._init_subclusters(range(3))

@@ -32,11 +32,16 @@ def official_sinkhorn(out: torch.Tensor, eps: float, n_iters: int) -> torch.Tens
     return Q.t()
 
 
+def cosine_scores(b: int, k: int, seed: int) -> torch.Tensor:
+    """(b, k) cosines of random unit features against random unit prototypes, as SwAV scores."""
+    gen = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(b, 16, generator=gen), dim=1) @ \
+        F.normalize(torch.randn(k, 16, generator=gen), dim=1).t()
+
+
 @pytest.mark.parametrize("b,k,eps,iters", [(64, 10, 0.05, 3), (300, 7, 0.05, 3), (16, 30, 0.1, 10)])
 def test_sinkhorn_matches_the_official_code(b, k, eps, iters):
-    gen = torch.Generator().manual_seed(b + k)
-    scores = F.normalize(torch.randn(b, 16, generator=gen), dim=1) @ \
-        F.normalize(torch.randn(k, 16, generator=gen), dim=1).t()
+    scores = cosine_scores(b, k, seed=b + k)
     ref = official_sinkhorn(scores.double(), eps, iters)
     q = sinkhorn(scores.double(), eps, iters)
     torch.testing.assert_close(q, ref, atol=1e-10, rtol=1e-8)
@@ -70,9 +75,7 @@ def test_default_epsilon_is_the_official_readmes_lower_value():
 
 
 def test_lower_epsilon_gives_more_peaked_codes():
-    gen = torch.Generator().manual_seed(0)
-    scores = torch.nn.functional.normalize(torch.randn(128, 16, generator=gen), dim=1) @ \
-        torch.nn.functional.normalize(torch.randn(10, 16, generator=gen), dim=1).t()
+    scores = cosine_scores(128, 10, seed=0)
     peak = {eps: float(sinkhorn(scores, eps=eps, n_iters=3).max(1).values.mean()) for eps in (0.05, 0.03)}
     assert peak[0.03] > peak[0.05]
 
