@@ -360,9 +360,9 @@ def _merge_round(monkeypatch, z, x, texts, pair, edges=None, ref=None, **params)
         return original(u, v, gain, limit)
     monkeypatch.setattr(L, "disjoint_best", spy)
     model = get_clusterer("lm", **params)
-    model.ref, model.edges = ref, edges
+    model.edges = edges
     ctx = FitContext(seed=0, progress=False, device="cpu", log_metrics=lambda m, step: logged.append((m, step)))
-    out = model._merge(z, x, texts, pair, history, ctx)
+    out = model._merge(z, x, texts, pair, ref, history, ctx)
     return seen, history, logged, out
 
 
@@ -390,9 +390,23 @@ def _visual_rank(x, z, a, b):
     return min(rank(a, b), rank(b, a))
 
 
-@pytest.mark.parametrize("coarse", [False, True], ids=["contexts over the types", "fixed context partition"])
+def _naive_avoidance(z, texts, a, b):
+    """log P(at most the observed tokens of a in texts holding b | Poisson, mean n_a x share of
+    tokens in those texts), both ways, the larger; by loops over the texts."""
+    from scipy.stats import poisson
+    total = sum(len(t) for t in texts)
+
+    def one(p, q):
+        holding = [t for t in texts if (z[t] == q).any()]
+        seen = sum(int((z[t] == p).sum()) for t in holding)
+        return poisson.logcdf(seen, int((z == p).sum()) * sum(len(t) for t in holding) / total)
+    return max(one(a, b), one(b, a))
+
+
+@pytest.mark.parametrize("coarse", [False, True], ids=["contexts over the types", "with coarse contexts"])
 def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
-    """gain = w_lm dL_LM + max(w_dup prior(rank), w_hom log-odds(nearest link) - link_c0) + w_hom same-hand."""
+    """gain = w_lm dL_LM + max(w_dup prior(rank), w_hom log-odds(nearest link) - link_c0) + w_hom same-hand,
+    where dL_LM is the larger of the type and the coarse contexts' for pairs that avoid each other."""
     x = _line(0.0, 0.3, 1.0, 1.2, 3.0, 3.1, 5.0, 5.6, 8.0, 8.2, 8.9, 9.3)
     z = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4, 4, 5])     # types of 1 to 3 tokens
     order = np.array([0, 4, 2, 9, 1, 6, 11, 3, 5, 10, 7, 8])
@@ -403,7 +417,7 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
     d = np.abs(x[i, 0] - x[j, 0])
     edges = (i[d < 2.5], j[d < 2.5], d[d < 2.5])
     ref = np.array([0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 1, 0]) if coarse else None
-    w = dict(w_lm=0.7, w_hom=1.3, w_dup=0.9, rank_c0=1.7, link_c0=0.6, context_beta=0.3)
+    w = dict(w_lm=0.7, w_hom=1.3, w_dup=0.9, rank_c0=1.7, link_c0=0.6, context_beta=0.3, avoid_c0=0.5)
     seen, history, logged, out = _merge_round(monkeypatch, z, x, texts, pair, edges, ref, batch=0.5,
                                               candidates=2, max_rounds=1, **w)
     (u, v, gain, limit), = seen
@@ -412,9 +426,12 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
     cen = np.array([x[z == c, 0].mean() for c in range(6)])
     near = {tuple(sorted((a, int(b)))) for a in range(6) for b in np.argsort(np.abs(cen - cen[a]))[1:3]}
     assert sorted(zip(u.tolist(), v.tolist())) == sorted(near) and len(near) < 15
-    by_link = []
+    by_link, n_open = [], 0
     for a, b, g in zip(u, v, gain):
-        lm = _naive_lm_gain(z, texts, z if ref is None else ref, 0.3, a, b)
+        lm = _naive_lm_gain(z, texts, z, 0.3, a, b)
+        if ref is not None and _naive_avoidance(z, texts, a, b) < -0.5:
+            n_open += 1
+            lm = max(lm, _naive_lm_gain(z, texts, ref, 0.3, a, b))
         prior = -1.7 - math.log(_visual_rank(x, z, a, b))
         between = [dd for ii, jj, dd in zip(*edges) if {z[ii], z[jj]} == {a, b}]
         link = 3.0 - 1.5 * min(between) if between else -math.inf
@@ -423,6 +440,7 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
                    if p < q and {z[p], z[q]} == {a, b})
         assert g == pytest.approx(0.7 * lm + max(0.9 * prior, 1.3 * link - 0.6) + 1.3 * hand), (a, b)
     assert 0 < sum(by_link) < len(by_link)              # some pairs scored by their link, some by rank
+    assert (n_open > 0) == coarse                       # the coarse contexts were in play
     chosen = L.disjoint_best(u, v, gain, 3)
     assert len(chosen) >= 2
     mapping = np.arange(6)
@@ -464,3 +482,61 @@ def test_merge_goes_down_to_one_type(monkeypatch):
     seen, history, _, out = _merge_round(monkeypatch, np.array([0, 1, 0, 1]), x, [np.arange(4)], None,
                                          match_bonus=5.0, w_lm=0.0, max_rounds=5)
     assert out.tolist() == [0, 0, 0, 0] and len(history) == 1 and len(seen) == 1
+
+
+def test_avoidance_against_loops_and_its_two_extremes():
+    rng = np.random.default_rng(3)
+    z = rng.integers(5, size=60)
+    texts = [np.arange(0, 12), np.arange(12, 20), np.arange(20, 41), np.arange(41, 60)]
+    u, v = np.array([0, 0, 1, 2, 3]), np.array([1, 4, 2, 3, 4])
+    got = L.avoidance(z, 5, texts, u, v)
+    assert got == pytest.approx([_naive_avoidance(z, texts, a, b) for a, b in zip(u, v)], abs=1e-12)
+    # two frequent types, each confined to its own half of the texts: strong avoidance
+    z = np.r_[np.zeros(30, int), np.ones(30, int)]
+    texts = [np.arange(i, i + 10) for i in range(0, 60, 10)]
+    assert L.avoidance(z, 2, texts, np.array([0]), np.array([1]))[0] == pytest.approx(-15.0)  # Poisson(0; 30 x 1/2)
+    # the same two types mixed in every text: log P(X <= 15 | 15) ~ -0.6, no avoidance
+    assert L.avoidance(np.tile([0, 1], 30), 2, texts, np.array([0]), np.array([1]))[0] > -1.0
+
+
+def test_coarse_symbols_cut_into_the_asked_number_with_kmeans_above_the_linkage_limit():
+    x = np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32)
+    assert len(np.unique(L.coarse_symbols(x, 7, 20000, seed=0))) == 7
+    km = L.coarse_symbols(x, 7, 100, seed=0)             # 300 tokens > 100: k-means
+    assert km.shape == (300,) and len(np.unique(km)) == 7
+    assert np.array_equal(km, L.coarse_symbols(x, 7, 100, seed=0))
+
+
+def hand_split_corpus(n_texts=24, length=30, angle=20, noise=10.0, seed=0) -> Corpus:
+    """Four signs in a Markov chain (each followed by the next or the one after); texts alternate
+    between two hands, the second drawing every sign turned by ``angle`` degrees -- one sign, two
+    forms that never share a text, and every neighbour split the same way."""
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    shapes = ("bar", "ring", "cross", "triangle")
+    pictures = {(s, h): np.asarray(Image.fromarray(draw_shape(s, 32)).rotate(angle * h, resample=Image.BILINEAR))
+                for s in shapes for h in (0, 1)}
+    images, labels, texts = [], [], []
+    for t in range(n_texts):
+        sign = int(rng.integers(4))
+        for p in range(length):
+            if p:
+                sign = (sign + 1 + int(rng.integers(2))) % 4
+            img = pictures[(shapes[sign], t % 2)] + rng.normal(0, noise, (32, 32))
+            images.append(np.clip(np.rint(img), 0, 255).astype(np.uint8))
+            labels.append(shapes[sign])
+            texts.append(f"T{t:03d}")
+    return Corpus.from_arrays(np.stack(images), labels=labels, text_ids=texts,
+                              meta={"name": "hands", "source": "synthetic (tests)", "licence": "n/a",
+                                    "attribution": "tests"})
+
+
+def test_coarse_contexts_join_the_forms_of_a_sign_split_by_hand():
+    corpus = hand_split_corpus()
+    gold = corpus.labels()
+    ours = fit(corpus, coarse_contexts=4)
+    fine = fit(corpus, coarse_contexts=0)          # contexts over the current types only
+    shut = fit(corpus, coarse_contexts=4, avoid_c0=1e9)   # coarse contexts never opened
+    assert np.array_equal(fine.labels, shut.labels)
+    assert ours.k_found < fine.k_found
+    assert v_measure_score(gold, ours.labels) >= v_measure_score(gold, fine.labels) + 0.05

@@ -25,6 +25,14 @@ types on a token kNN graph, and S(u, v) the sum of lo over the pairs of their to
 text (one hand: like compared with like). A clean corpus has no pair model: its visual term is the
 prior plus ``match_bonus`` for mutually nearest types that pass a ratio test.
 
+A sign written by several hands (one hand per text) splits into one fragment per hand, and so do
+its neighbours: contexts over the current types cannot join the fragments, since each fragment's
+neighbours are that hand's fragments. On a noisy corpus dL_LM is therefore also read over a few
+hand-invariant context symbols (a Ward cut into ``coarse_contexts`` clusters), and a pair takes the
+larger of the two readings when its types avoid each other's texts (``avoidance``: log P under a
+Poisson spread over texts below ``-avoid_c0`` nats) -- the complementary distribution that marks
+the forms of one sign by different hands. Pairs that share texts keep the current-type contexts.
+
 ``fit`` starts from visual micro-clusters and merges greedily (the best disjoint pairs first,
 a few per cent of the types per round) while the gain is positive. K, the number of types, is
 where that stops: it is never given and no distance threshold is set by hand.
@@ -82,7 +90,10 @@ class LMConfig:
     w_hom: float = config_field(1.0, float, min=0, doc="weight of dL_hom (visual pair evidence)")
     w_dup: float = config_field(1.0, float, min=0, doc="weight of the duplicate/rank prior")
     context_beta: float = config_field(0.1, float, gt=0, doc="Dirichlet concentration per context type")
-    context_types: int = config_field(0, int, min=0, doc="0: contexts over the current types; N: a fixed Ward cut")
+    coarse_contexts: int = config_field(10, int, min=0,
+                                        doc="noisy corpus: context symbols of a Ward cut into this many (0: off)")
+    avoid_c0: float = config_field(6.0, float, min=0,
+                                   doc="nats of avoidance over texts before a pair may use the coarse contexts")
     rank_c0: float = config_field(2.0, float, min=0, doc="prior log-odds against merging with the nearest type")
     link_c0: float = config_field(2.0, float, min=0,
                                   doc="prior log-odds against a merge supported by one close token pair")
@@ -327,6 +338,36 @@ def nearest_link(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray
     return sparse.csr_matrix((best.data[order][first], (best.row[order][first], best.col[order][first])), shape=(k, k))
 
 
+def coarse_symbols(x: np.ndarray, n: int, max_linkage_tokens: int, seed: int) -> np.ndarray:
+    """(n_tokens,) a few hand-invariant context symbols: Ward's cut of the tokens into ``n``
+    clusters (k-means above ``max_linkage_tokens``, where Ward's distance matrix gets too big)."""
+    n = min(n, len(x))
+    if len(x) > max_linkage_tokens:
+        from signclust.models.baselines._nets import faiss_kmeans
+        return faiss_kmeans(x, n, seed=seed, niter=20)[0]
+    from scipy.cluster.hierarchy import fcluster, ward
+    return fcluster(ward(x), n, "maxclust") - 1
+
+
+def avoidance(z: np.ndarray, k: int, texts: list[np.ndarray], u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """How strongly types u[i] and v[i] avoid each other's texts: log P(at most the observed
+    number of u's tokens fall in texts that hold v | u spread over texts by length, Poisson),
+    and the same with u and v swapped; the weaker (larger) of the two. About 0 for pairs that
+    mix freely or are too rare to tell; very negative for two frequent types in complementary
+    distribution, as the forms of one sign written by different hands are."""
+    from scipy.stats import poisson
+    text_of = np.concatenate([np.full(len(t), j) for j, t in enumerate(texts)])
+    counts = sparse.csr_matrix((np.ones(len(text_of)), (z[np.concatenate(texts)], text_of)),
+                               shape=(k, len(texts)))                                  # (k, T) tokens per text
+    present = (counts > 0).astype(np.float64)
+    length = np.array([len(t) for t in texts], dtype=np.float64)
+    n = np.asarray(counts.sum(1)).ravel()
+    covered = (present @ length) / length.sum()          # (k,) share of all tokens in texts holding c
+    seen_uv = np.asarray(counts[u].multiply(present[v]).sum(1)).ravel()
+    seen_vu = np.asarray(counts[v].multiply(present[u]).sum(1)).ravel()
+    return np.maximum(poisson.logcdf(seen_uv, n[u] * covered[v]), poisson.logcdf(seen_vu, n[v] * covered[u]))
+
+
 def dup_prior(rank: np.ndarray, c0: float) -> np.ndarray:
     """Prior log-odds of a merge: -c0 for the visually nearest type, less by log(rank) further out."""
     return -c0 - np.log(rank)
@@ -397,15 +438,14 @@ class LMSignClusterer(Clusterer):
         pair = None if clean else corpus_pair_model(x, texts, cfg.pair_ratio, ctx.seed)
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
         k0 = int(z.max()) + 1
-        self.ref = None
+        coarse = None
         if pair is not None:
             from sklearn.neighbors import NearestNeighbors
             kn = min(cfg.candidates, len(x) - 1)
             dist, nb = NearestNeighbors(n_neighbors=kn + 1).fit(x).kneighbors(x)
             self.edges = (np.repeat(np.arange(len(x)), kn), nb[:, 1:].ravel(), dist[:, 1:].ravel())
-        if cfg.context_types:
-            from scipy.cluster.hierarchy import fcluster, ward
-            self.ref = fcluster(ward(x), min(cfg.context_types, len(x)), "maxclust") - 1
+        if cfg.coarse_contexts and pair is not None:
+            coarse = coarse_symbols(x, cfg.coarse_contexts, cfg.max_linkage_tokens, ctx.seed)
         setup_s = time.time() - t0
         history = []
         for refit in range(cfg.refits + 1):
@@ -414,7 +454,7 @@ class LMSignClusterer(Clusterer):
                 if new is None:
                     break
                 pair = new
-            z = self._merge(z, x, texts, pair, history, ctx)
+            z = self._merge(z, x, texts, pair, coarse, history, ctx)
         z = np.unique(z, return_inverse=True)[1]
         k = int(z.max()) + 1
         embedding = self._embedding(x, z, texts, k)
@@ -423,16 +463,15 @@ class LMSignClusterer(Clusterer):
                 "seconds_fit": time.time() - t0, "history": history}
         return ClusterResult(z, embedding, info)
 
-    def _merge(self, z, x, texts, pair, history, ctx):
+    def _merge(self, z, x, texts, pair, coarse, history, ctx):
         cfg = self.cfg
         for rnd in range(cfg.max_rounds):
             z = np.unique(z, return_inverse=True)[1]
             k = int(z.max()) + 1
             if k < 2:
                 break
-            ref, k_ref = (z, k) if self.ref is None else (self.ref, int(self.ref.max()) + 1)
-            left, right = context_counts(z, texts, k, ref, k_ref)                          # (k, k_ref+1)
-            alpha = context_prior(ref, len(texts), k_ref, cfg.context_beta)
+            left, right = context_counts(z, texts, k)                                      # (k, k+1)
+            alpha = context_prior(z, len(texts), k, cfg.context_beta)
             size = np.bincount(z, minlength=k).astype(np.float64)
             cen = np.zeros((k, x.shape[1]))
             np.add.at(cen, z, x)
@@ -446,7 +485,16 @@ class LMSignClusterer(Clusterer):
                 link = np.asarray(nearest_link(self.edges, z, k)[u, v]).ravel()
                 d_min = np.where(link > 0, 1.0 / np.maximum(link, 1e-12) - 1.0, np.inf)
                 visual = np.maximum(visual, cfg.w_hom * pair.log_odds(d_min) - cfg.link_c0) + cfg.w_hom * same_hand
-            gain = cfg.w_lm * lm_gain(left, right, alpha, u, v) + visual
+            d_lm = lm_gain(left, right, alpha, u, v)
+            if coarse is not None:
+                # a sign split by hand: its fragments avoid each other's texts, and their neighbours
+                # are split by hand too, so only contexts over hand-invariant symbols can join them
+                k_c = int(coarse.max()) + 1
+                c_left, c_right = context_counts(z, texts, k, coarse, k_c)                 # (k, k_c+1)
+                d_coarse = lm_gain(c_left, c_right, context_prior(coarse, len(texts), k_c, cfg.context_beta), u, v)
+                split_by_hand = avoidance(z, k, texts, u, v) < -cfg.avoid_c0
+                d_lm = np.where(split_by_hand, np.maximum(d_lm, d_coarse), d_lm)
+            gain = cfg.w_lm * d_lm + visual
             merges = disjoint_best(u, v, gain, max(1, int(cfg.batch * k)))
             if not merges:
                 break
