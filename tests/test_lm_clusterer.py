@@ -186,16 +186,20 @@ def free_variation_corpus(n_texts=40, length=30, seed=0) -> Corpus:
     rng = np.random.default_rng(seed)
     variants = {0: ("bar", "dot"), 1: ("column", "triangle"), 2: ("ring", "cross")}
     pictures = {s: draw_shape(s, 32) for s in SHAPES}
-    images, labels, texts = [], [], []
-    for t in range(n_texts):
+    texts = []
+    for _ in range(n_texts):
         start = int(rng.integers(3))
-        for p in range(length):
-            sign = (start + p) % 3
-            images.append(pictures[variants[sign][int(rng.integers(2))]])
-            labels.append("ABC"[sign])
-            texts.append(f"T{t:03d}")
-    return Corpus.from_arrays(np.stack(images), labels=labels, text_ids=texts,
-                              meta={"name": "free", "source": "synthetic (tests)", "licence": "n/a",
+        signs = [(start + p) % 3 for p in range(length)]
+        texts.append([(pictures[variants[s][int(rng.integers(2))]], "ABC"[s]) for s in signs])
+    return corpus_of_texts(texts, "free")
+
+
+def corpus_of_texts(texts: list[list[tuple[np.ndarray, str]]], name: str) -> Corpus:
+    """A labelled corpus from texts given as lists of (image, label), text ids T000, T001, ..."""
+    tokens = [(img, label, f"T{t:03d}") for t, text in enumerate(texts) for img, label in text]
+    return Corpus.from_arrays(np.stack([tok[0] for tok in tokens]), labels=[tok[1] for tok in tokens],
+                              text_ids=[tok[2] for tok in tokens],
+                              meta={"name": name, "source": "synthetic (tests)", "licence": "n/a",
                                     "attribution": "tests"})
 
 
@@ -516,19 +520,14 @@ def hand_split_corpus(n_texts=24, length=30, angle=20, noise=10.0, seed=0) -> Co
     shapes = ("bar", "ring", "cross", "triangle")
     pictures = {(s, h): np.asarray(Image.fromarray(draw_shape(s, 32)).rotate(angle * h, resample=Image.BILINEAR))
                 for s in shapes for h in (0, 1)}
-    images, labels, texts = [], [], []
+    texts = []
     for t in range(n_texts):
-        sign = int(rng.integers(4))
-        for p in range(length):
-            if p:
-                sign = (sign + 1 + int(rng.integers(2))) % 4
-            img = pictures[(shapes[sign], t % 2)] + rng.normal(0, noise, (32, 32))
-            images.append(np.clip(np.rint(img), 0, 255).astype(np.uint8))
-            labels.append(shapes[sign])
-            texts.append(f"T{t:03d}")
-    return Corpus.from_arrays(np.stack(images), labels=labels, text_ids=texts,
-                              meta={"name": "hands", "source": "synthetic (tests)", "licence": "n/a",
-                                    "attribution": "tests"})
+        signs = [int(rng.integers(4))]
+        while len(signs) < length:
+            signs.append((signs[-1] + 1 + int(rng.integers(2))) % 4)
+        noisy = [pictures[(shapes[s], t % 2)] + rng.normal(0, noise, (32, 32)) for s in signs]
+        texts.append([(np.clip(np.rint(img), 0, 255).astype(np.uint8), shapes[s]) for img, s in zip(noisy, signs)])
+    return corpus_of_texts(texts, "hands")
 
 
 def test_coarse_contexts_join_the_forms_of_a_sign_split_by_hand():
