@@ -353,7 +353,7 @@ def test_candidate_pairs_with_three_and_two_types():
     assert (u.tolist(), v.tolist(), rank.tolist(), ratio.tolist()) == ([0], [1], [1], [0.0])
 
 
-def _merge_round(monkeypatch, z, x, texts, pair, edges=None, ref=None, **params):
+def _merge_round(monkeypatch, z, x, texts, pair, edges=None, coarse=None, **params):
     """One call of the merge loop with disjoint_best watched: (its arguments per round, the
     history, what log_metrics got, the partition returned)."""
     seen, logged, history = [], [], []
@@ -366,7 +366,7 @@ def _merge_round(monkeypatch, z, x, texts, pair, edges=None, ref=None, **params)
     model = get_clusterer("lm", **params)
     model.edges = edges
     ctx = FitContext(seed=0, progress=False, device="cpu", log_metrics=lambda m, step: logged.append((m, step)))
-    out = model._merge(z, x, texts, pair, ref, history, ctx)
+    out = model._merge(z, x, texts, pair, coarse, history, ctx)
     return seen, history, logged, out
 
 
@@ -420,9 +420,9 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
     i, j = np.triu_indices(12, 1)
     d = np.abs(x[i, 0] - x[j, 0])
     edges = (i[d < 2.5], j[d < 2.5], d[d < 2.5])
-    ref = np.array([0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 1, 0]) if coarse else None
+    symbols = np.array([0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 1, 0]) if coarse else None   # coarse context symbols
     w = dict(w_lm=0.7, w_hom=1.3, w_dup=0.9, rank_c0=1.7, link_c0=0.6, context_beta=0.3, avoid_c0=0.5)
-    seen, history, logged, out = _merge_round(monkeypatch, z, x, texts, pair, edges, ref, batch=0.5,
+    seen, history, logged, out = _merge_round(monkeypatch, z, x, texts, pair, edges, symbols, batch=0.5,
                                               candidates=2, max_rounds=1, **w)
     (u, v, gain, limit), = seen
     assert limit == 3                                    # batch 0.5 x 6 types
@@ -433,9 +433,9 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
     by_link, n_open = [], 0
     for a, b, g in zip(u, v, gain):
         lm = _naive_lm_gain(z, texts, z, 0.3, a, b)
-        if ref is not None and _naive_avoidance(z, texts, a, b) < -0.5:
+        if symbols is not None and _naive_avoidance(z, texts, a, b) < -0.5:
             n_open += 1
-            lm = max(lm, _naive_lm_gain(z, texts, ref, 0.3, a, b))
+            lm = max(lm, _naive_lm_gain(z, texts, symbols, 0.3, a, b))
         prior = -1.7 - math.log(_visual_rank(x, z, a, b))
         between = [dd for ii, jj, dd in zip(*edges) if {z[ii], z[jj]} == {a, b}]
         link = 3.0 - 1.5 * min(between) if between else -math.inf
