@@ -11,7 +11,7 @@ from signclust.data.corpus import Corpus
 from signclust.errors import UserError
 from signclust.evaluation.metrics import score
 from signclust.models.base import FitContext, get_clusterer
-from signclust.models.baselines import _nets
+from signclust.models.baselines import _nets, dp_moves
 from signclust.models.baselines.classical import DPGMMPixels, KMeansPixels, WardPixels
 from signclust.models.baselines.deepcluster import DeepCluster, fix_empty_clusters
 from signclust.models.baselines.swav import SwAV, sinkhorn
@@ -144,7 +144,8 @@ def test_uniform_sampler_draws_each_pseudo_label_equally_often():
     ("ward", {}), ("ward", {"pca_dim": 0}),
     # the upper bound is 10 components: the DP prior must leave 7 of them empty
     ("dpgmm", {"n_components": 10, "pca_dim": 5}),
-    ("dpgmm", {"n_components": 10, "pca_dim": 5, "covariance_type": "spherical"}),
+    ("dpgmm", {"n_components": 10, "pca_dim": 5, "inference": "vb"}),
+    ("dpgmm", {"n_components": 10, "pca_dim": 5, "inference": "vb", "covariance_type": "spherical"}),
 ])
 def test_classical_recovers_separated_blobs(name, params):
     corpus = blob_corpus()
@@ -158,8 +159,8 @@ def test_classical_recovers_separated_blobs(name, params):
 def test_dpgmm_runs_with_every_covariance_model(covariance_type):
     # sklearn gives the tied model's lower bound as shape (1,) (a crash here before); these two
     # models keep spare components on the blobs (measured V 0.90 / 0.87), so only the run is checked
-    result = DPGMMPixels(n_components=10, pca_dim=5, covariance_type=covariance_type).fit(
-        blob_corpus(), FitContext(seed=0))
+    result = DPGMMPixels(n_components=10, pca_dim=5, covariance_type=covariance_type,
+                         inference="vb").fit(blob_corpus(), FitContext(seed=0))
     assert isinstance(result.info["lower_bound"], float) and np.isfinite(result.info["lower_bound"])
     assert 3 <= result.info["k_found"] <= 10 and len(result.labels) == blob_corpus().n_tokens
 
@@ -168,6 +169,64 @@ def test_dpgmm_does_not_need_k():
     assert not DPGMMPixels.needs_k
     result = DPGMMPixels(n_components=10, pca_dim=5).fit(blob_corpus(), FitContext(seed=1))
     assert result.info["k_found"] == 3
+
+
+def test_dpgmm_merge_inference_is_diagonal_only():
+    with pytest.raises(UserError, match="inference 'merge' models diagonal covariances only"):
+        DPGMMPixels(n_components=10, pca_dim=5, covariance_type="full").fit(blob_corpus(), FitContext(seed=0))
+
+
+def _gaussian_blobs(centres, n_per=40, sd=0.3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([c + sd * rng.standard_normal((n_per, len(c))) for c in np.asarray(centres, float)])
+    return x, np.repeat(np.arange(len(centres)), n_per)
+
+
+@pytest.mark.parametrize("dof,k_found", [(2.0, 3), (20.0, 2)])
+def test_dpgmm_prior_dof_decides_whether_separate_blobs_stay_apart(dof, k_found):
+    # PCA-20 of three clean prototypes, 60 tokens each: with sklearn's dof = D the prior's
+    # pseudo-variances make two tight blobs look wide and the merges join them (dp_moves.py)
+    corpus = blob_corpus(n_per=60)
+    result = DPGMMPixels(n_components=10, pca_dim=20, prior_dof=dof).fit(corpus, FitContext(seed=0))
+    assert result.info["k_found"] == k_found
+
+
+def test_normal_gamma_marginal_is_the_product_of_sequential_predictives():
+    # p(x_1..x_n) = prod_i p(x_i | x_1..x_{i-1}): the closed-form marginal against the chain rule
+    x = np.random.default_rng(3).normal(size=(7, 3)) * [1.0, 2.0, 0.5] + [0.0, 1.0, -2.0]
+    prior = dp_moves.NormalGammaPrior(np.array([0.1, 0.2, 0.3]), 0.7, 1.5, np.array([1.0, 2.0, 0.5]))
+    one = lambda rows: dp_moves.component_stats(rows, np.zeros(len(rows), int), 1)  # noqa: E731
+    closed = dp_moves.log_marginal(*one(x), prior)[0]
+    chain = dp_moves.log_predictive(x[:1], np.zeros(1), np.zeros((1, 3)), np.zeros((1, 3)), prior)[0, 0]
+    for i in range(1, len(x)):
+        chain += dp_moves.log_predictive(x[i:i + 1], *one(x[:i]), prior)[0, 0]
+    assert closed == pytest.approx(chain, rel=1e-10)
+
+
+def test_merge_moves_join_the_pieces_of_a_blob_and_keep_blobs_apart():
+    x, y = _gaussian_blobs([[0, 0], [6, 0], [0, 6]])
+    prior = dp_moves.NormalGammaPrior.from_data(x)
+    # start: every blob cut in two along its first axis -> 6 components
+    start = 2 * y + (x[:, 0] > np.array([0, 6, 0])[y])
+    z = dp_moves.merge_moves(x, start, prior, alpha=1.0)
+    assert score(y, z)["v_measure"] == pytest.approx(1.0)
+    assert dp_moves.log_joint(x, z, prior, 1.0) > dp_moves.log_joint(x, start, prior, 1.0)
+    # the three blobs as given: no merge raises log p(X, z)
+    assert np.array_equal(dp_moves.merge_moves(x, y, prior, alpha=1.0), y)
+
+
+def test_reassign_moves_stray_tokens_to_their_blob():
+    x, y = _gaussian_blobs([[0, 0], [6, 0]])
+    z = y.copy()
+    z[[0, 1, 2]] = 1                      # three tokens of blob 0 put in blob 1
+    assert np.array_equal(dp_moves.reassign(x, z, dp_moves.NormalGammaPrior.from_data(x)), y)
+
+
+def test_fit_dp_merge_finds_k_from_an_overcomplete_start():
+    x, y = _gaussian_blobs([[0, 0, 0], [5, 0, 0], [0, 5, 0], [0, 0, 5]], n_per=50)
+    z, info = dp_moves.fit_dp_merge(x, k_start=30, alpha=1.0, seed=0)
+    assert info["history"][0][0] == 30 and z.max() + 1 == 4
+    assert score(y, z)["v_measure"] == pytest.approx(1.0)
 
 
 # ----------------------------------------------------------------------------- DeepCluster

@@ -3,7 +3,8 @@
 All three share one feature step (``PixelClusterer.features``): pixel intensities in [0, 1],
 flattened, optionally reduced by PCA (``pca_dim``; 0 = raw pixels). That feature matrix is
 also the returned embedding, so the fixed-K protocol runs Ward on what the method saw.
-The generic arithmetic is faiss (k-means) and scikit-learn (PCA, Ward, variational GMM).
+The generic arithmetic is faiss (k-means) and scikit-learn (PCA, Ward, variational GMM); the DP-GMM's
+merge moves are `dp_moves.py`.
 """
 from __future__ import annotations
 
@@ -86,33 +87,49 @@ class WardPixels(PixelClusterer):
 
 @register
 class DPGMMPixels(PixelClusterer):
-    """Variational Dirichlet-process GMM (truncated stick-breaking, diagonal covariances by default):
-    ``n_components`` is only an upper bound, the prior empties the components it does not need;
-    the number of components that own tokens is the inferred K."""
+    """Dirichlet-process mixture of Gaussians on PCA of the pixels: K is inferred.
+
+    ``inference: merge`` (default): k-means into ``n_components`` clusters, then merge moves and
+    reassignment sweeps under scikit-learn's default conjugate prior (``dp_moves.py``: the
+    hard-assignment form of memoized VB's merges, the DP-GMM of the DeepDPM paper's table).
+    ``inference: vb``: scikit-learn's variational DP-GMM (truncated stick-breaking), which from
+    its k-means start prunes almost no component; ``reports/dpgmm_k_sensitivity.md`` measures it."""
     name = "dpgmm"
     needs_k = False
-    # sklearn's variational DP collapses to 1-2 components on 50 PCA dims of digit-like
-    # images (the Wishart prior's dof = n_dims pseudo-counts per component) and keeps
-    # spurious components when dims approach n; 20 dims was the workable middle.
-    # reports/dpgmm_k_sensitivity.md (scripts/dpgmm_k_sensitivity.py) measures K against PCA dims,
-    # covariance model, truncation, variance floor and alpha on cypriot and Fashion-MNIST: no
-    # setting gives K in band with a sensible V on both (the variational updates prune nothing
-    # from a 400-component k-means start, or one broad component swallows most tokens).
+    # PCA-20: sklearn's variational DP collapses to 1-2 components on 50 PCA dims of digit-like
+    # images (the prior's dof = n_dims pseudo-counts per component); 20 dims was the workable middle.
     PARAMS = {**PixelClusterer.PARAMS,
               "pca_dim": Param(20, int, min=0, doc="PCA components of the pixels (0: raw pixels)"),
-              "n_components": Param(400, int, min=1, doc="truncation level (upper bound on K)"),
+              "inference": Param("merge", str, choices=("merge", "vb"),
+                                 doc="merge moves from k-means over-clustering, or sklearn's variational EM"),
+              "n_components": Param(400, int, min=1,
+                                    doc="k-means start (merge) / truncation level (vb): an upper bound on K"),
+              "weight_concentration": Param(1.0, float, gt=0, doc="DP concentration alpha"),
+              "prior_dof": Param(2.0, float, gt=0,
+                                 doc="merge: pseudo-observations of each variance (dp_moves.py: why not D)"),
               "covariance_type": Param("diag", str, choices=("diag", "full", "tied", "spherical"),
-                                       doc="component covariances (sklearn's covariance_type)"),
-              "weight_concentration": Param(None, float, gt=0, nullable=True,
-                                            doc="DP alpha (null: 1 / n_components, sklearn's)"),
+                                       doc="vb: component covariances (sklearn's covariance_type); merge: diag"),
               "reg_covar": Param(1e-3, float, min=0,
-                                 doc="added to the variances: keeps never-inked pixels from zero variance"),
-              "max_iter": Param(300, int, min=1, doc="variational EM iterations"),
-              "n_init": Param(1, int, min=1, doc="EM restarts"),
-              "tol": Param(1e-3, float, min=0, doc="EM convergence threshold on the lower bound")}
+                                 doc="vb: added to the variances (keeps never-inked pixels from zero variance)"),
+              "max_iter": Param(300, int, min=1, doc="vb: EM iterations; merge: rounds of merges + sweeps"),
+              "n_init": Param(1, int, min=1, doc="vb: EM restarts"),
+              "tol": Param(1e-3, float, min=0, doc="vb: EM convergence threshold on the lower bound")}
     PRESETS = {"paper": {"pca_dim": 20, "n_components": 400, "max_iter": 1000, "n_init": 3}}
 
     def cluster(self, x, ctx):
+        if self.p["inference"] == "merge":
+            if self.p["covariance_type"] != "diag":
+                raise UserError("dpgmm: inference 'merge' models diagonal covariances only "
+                                f"(covariance_type {self.p['covariance_type']!r} needs inference 'vb')")
+            from signclust.models.baselines.dp_moves import fit_dp_merge
+            labels, info = fit_dp_merge(x, self.p["n_components"], self.p["weight_concentration"],
+                                        ctx.seed, rounds=self.p["max_iter"], dof=self.p["prior_dof"])
+            k_path = [k for k, _ in info["history"]]
+            return labels, {"k_start": k_path[0], "k_per_round": k_path,
+                            "log_joint": info["history"][-1][1], "rounds": len(k_path) - 1}
+        return self._cluster_vb(x, ctx)
+
+    def _cluster_vb(self, x, ctx):
         from sklearn.mixture import BayesianGaussianMixture
         p = self.p
         gmm = BayesianGaussianMixture(
