@@ -21,6 +21,7 @@ import shutil
 import pytest
 
 from signclust.config import REPO_ROOT, load_params
+from signclust.errors import UserError
 from signclust.reports import reproduce as rp
 
 pytestmark = pytest.mark.slow
@@ -108,7 +109,7 @@ def test_table_part_against_committed_files_made_here(tmp_path):
     params = copy.deepcopy(PARAMS)
     params["prepare"]["corpora"]["akkadian"]["n_tokens"] = 400
     params["reproduce"] = {**CFG, "rows": {"akkadian": ["ward_pixels", "kmeans"]}, "seeds": [0, 1],
-                           "claims": [], "reduced": {}}
+                           "claims": [], "reduced": {}, "first_seed_only": {}}
     figures = params["reproduce"]["figures"]
     n = 2 * 2 * len(figures)
     first = rp.reproduce(params, tmp_path / "first", ("table",), committed=tmp_path / "nothing")
@@ -128,3 +129,12 @@ def test_table_part_against_committed_files_made_here(tmp_path):
     third = rp.reproduce(params, tmp_path / "third", ("table",), committed=committed)
     assert [(v["what"], v["note"]) for v in third["verdicts"] if not v["ok"]] == [
         ("kmeans on akkadian: ari", "seed 1 vs committed seed 1")]
+    # a slow row compared at the first seed only: its seed-1 verdicts (and the moved figure) go
+    params["reproduce"]["first_seed_only"] = {"akkadian": ["kmeans"]}
+    fourth = rp.reproduce(params, tmp_path / "fourth", ("table",), committed=committed)
+    assert fourth["failed"] == 0 and {(v["what"], v["note"]) for v in fourth["verdicts"]} == {
+        (f"{run} on akkadian: {key}", f"seed {s} vs committed seed {s}")
+        for run, seeds in (("ward_pixels", (0, 1)), ("kmeans", (0,))) for key in figures for s in seeds}
+    params["reproduce"]["first_seed_only"] = {"akkadian": ["ward"]}
+    with pytest.raises(UserError, match="first_seed_only names rows that reproduce.rows lacks: ward on akkadian"):
+        rp.reproduce(params, tmp_path / "fifth", ("table",), committed=committed)

@@ -6,8 +6,10 @@
 What runs (params.yaml ``reproduce``):
   table   the rows ``reproduce.rows.<corpus>: [run, ...]`` of the comparison table, rebuilt from
           nothing in a scratch folder by the stages' own functions (prepare -> distances -> train ->
-          evaluate) for ``reproduce.seeds``. A run listed under ``reproduce.reduced`` runs with that
-          block's parameter overrides (a slow method made CI-sized).
+          evaluate) for ``reproduce.seeds``; the runs under ``reproduce.first_seed_only.<corpus>``
+          for the first seed alone (slow rows: the test suite has a time budget). A run listed
+          under ``reproduce.reduced`` runs with that block's parameter overrides (a slow method
+          made CI-sized).
   paper   every check of reports/paper_check.md at ``--scale ci`` (see signclust.reports.paper_check).
 
 How a reproduced figure is judged against the committed full-size one:
@@ -79,6 +81,11 @@ def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False) 
     if unknown:
         raise UserError(f"reproduce.rows names runs that params.yaml `runs` lacks: {', '.join(unknown)}")
     seeds = [int(s) for s in cfg.get("seeds", [0])]
+    first_only = {corpus: set(runs or []) for corpus, runs in (cfg.get("first_seed_only") or {}).items()}
+    stray = sorted(f"{run} on {corpus}" for corpus, runs in first_only.items() for run in runs
+                   if (run, corpus) not in set(rows))
+    if stray:
+        raise UserError(f"reproduce.first_seed_only names rows that reproduce.rows lacks: {', '.join(stray)}")
     eval_cfg = ev.config(params)
     dist = params["distances"]
     docs = []
@@ -98,7 +105,8 @@ def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False) 
                 print(f"{name}: built in {time.time() - t0:.1f}s", flush=True)
             reduction = (cfg.get("reduced") or {}).get(run)
             t0 = time.time()
-            train(run, name, seeds, reduced_params(params, run, reduction), corpus_dir, dist_dir,
+            run_seeds = seeds[:1] if run in first_only.get(name, ()) else seeds
+            train(run, name, run_seeds, reduced_params(params, run, reduction), corpus_dir, dist_dir,
                   out_root=work / "runs", ckpt_root=None, progress=progress, experiment="reproduce")
             doc = ev.evaluate(built[name], work / "runs" / run / name, eval_cfg, run, name)
             doc["ci"] = {"reduced": bool(reduction), "overrides": (reduction or {}).get("params", {}),
