@@ -58,3 +58,10 @@ def test_partial_still_needs_ours_and_the_references(tmp_path):
     folder = _write(tmp_path / "m", skip={("ward_pixels", "a_hands")})
     with pytest.raises(UserError, match="ward_pixels_a_hands.json"):
         suite.build(CFG, folder, tmp_path / "s.md", None, partial=True)
+
+
+def test_seed_counts_name_the_suite_and_the_builtin_corpora_apart():
+    docs = {("jule", "a"): {"n_seeds": 1}, ("jule", "b"): {"n_seeds": 1}, ("jule", "cypriot"): {"n_seeds": 3},
+            ("lm", "a"): {"n_seeds": 3}, ("lm", "b"): {"n_seeds": 3}, ("lm", "cypriot"): {"n_seeds": 3}}
+    assert suite.seed_counts(docs, "jule", ["a", "b"], ["cypriot"]) == "1 on the suite, 3 on the built-in corpora"
+    assert suite.seed_counts(docs, "lm", ["a", "b"], ["cypriot"]) == "3"
