@@ -37,7 +37,8 @@ GROUPS = {
     "lm_gradient": (["lm_v1", "lm_seed"], ["src/signclust/models/lm_gradient.py", GLYPHS, NETS] + METRIC,
                     True, False, None),
     "classical": (["ward_pixels", "ward_glyphs", "kmeans", "ward", "dpgmm"],
-                  ["src/signclust/models/baselines/classical.py", NETS, GLYPHS], False, False, None),
+                  ["src/signclust/models/baselines/classical.py", "src/signclust/models/baselines/dp_moves.py",
+                   NETS, GLYPHS], False, False, None),
     "deep": (["jule", "deepcluster", "twostage", "swav", "deepdpm"],
              ["src/signclust/models/baselines/{run}.py", NETS] + METRIC, True, True, "suite_deep"),
 }
@@ -135,11 +136,11 @@ def build(params: dict) -> dict:
     st["ablation"] = {"foreach": ablate, "do": {
         "cmd": "python -m signclust.evaluation.ablation ${item}",
         "deps": ["data/corpora/${item}", "data/distances/${item}", "src/signclust/models/lm_clusterer.py", GLYPHS,
-                 "src/signclust/evaluation/ablation.py"] + EVALUATE[:2] + CORE,
+                 NETS, "src/signclust/evaluation/ablation.py"] + EVALUATE[:2] + CORE,
         "params": ["ablation", "runs.lm"] + EVALUATE_PARAMS,
         "outs": [out_file("reports/ablation_${item}.md"), out_file("reports/figures/ablation_${item}.png")],
         "metrics": [out_file("reports/metrics/ablation_${item}.json")]}}
-    baselines = ["_nets", "classical", "deepcluster", "deepdpm", "jule", "swav", "twostage"]
+    baselines = ["_nets", "classical", "dp_moves", "deepcluster", "deepdpm", "jule", "swav", "twostage"]
     st["paper_check"] = {
         "cmd": "python -m signclust.reports.paper_check",
         "deps": [f"src/signclust/models/baselines/{b}.py" for b in baselines]

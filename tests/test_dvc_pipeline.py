@@ -71,6 +71,38 @@ def test_each_train_stage_reads_only_its_own_method():
         assert "runs.${item.run}" in params_of(stage) or "runs.${item}" in params_of(stage)
 
 
+def _expanded_deps(stage: dict) -> set[str]:
+    """A stage's file deps, with ``${item}`` / ``${item.run}`` filled in for each of its rows."""
+    if "matrix" in stage:
+        items = [{"item.run": r} for r in stage["matrix"].get("run", [])]
+    elif "foreach" in stage:
+        items = [{"item": i} for i in stage["foreach"] if isinstance(i, str)]
+    else:
+        items = [{}]
+    out = set()
+    for dep in deps_of(stage):
+        for item in items or [{}]:
+            for key, value in item.items():
+                dep = dep.replace("${" + key + "}", value)
+            out.add(dep)
+    return out
+
+
+def test_every_model_module_a_method_imports_is_a_dependency():
+    # a helper module split out of a method's file (dp_moves.py out of classical.py) must invalidate
+    # the stages that run that method, or an edit to it leaves stale results looking up to date
+    import re
+    pattern = re.compile(r"signclust\.models\.([\w.]+) import|from signclust\.models import (\w+)")
+    for name, stage in stages().items():
+        deps = _expanded_deps(stage)
+        methods = [d for d in deps if d.startswith("src/signclust/models/") and "${" not in d
+                   and Path(d).name not in {"train.py", "base.py", "params.py", "checkpoint.py"}]
+        for dep in methods:
+            for dotted, short in pattern.findall((REPO_ROOT / dep).read_text()):
+                module = "src/signclust/models/" + (dotted or short).replace(".", "/") + ".py"
+                assert module in deps, f"{name}: {dep} imports {module}, which is not among its deps"
+
+
 def test_caches_are_outside_every_hashed_dependency():
     ignore = (REPO_ROOT / ".dvcignore").read_text().split()
     assert "__pycache__/" in ignore and "*.nbc" in ignore and "*.pyc" in ignore
