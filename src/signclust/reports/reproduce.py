@@ -82,8 +82,9 @@ def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False) 
         raise UserError(f"reproduce.rows names runs that params.yaml `runs` lacks: {', '.join(unknown)}")
     seeds = [int(s) for s in cfg.get("seeds", [0])]
     first_only = {corpus: set(runs or []) for corpus, runs in (cfg.get("first_seed_only") or {}).items()}
+    configured = set(rows)
     stray = sorted(f"{run} on {corpus}" for corpus, runs in first_only.items() for run in runs
-                   if (run, corpus) not in set(rows))
+                   if (run, corpus) not in configured)
     if stray:
         raise UserError(f"reproduce.first_seed_only names rows that reproduce.rows lacks: {', '.join(stray)}")
     eval_cfg = ev.config(params)
