@@ -129,7 +129,10 @@ def build(params: dict) -> dict:
     st["suite_report"] = {
         "cmd": "python -m signclust.reports.suite",
         "deps": [f"reports/metrics/{r}_{c}.json" for c in suite_cfg["corpora"] + suite_cfg["builtin"]
-                 for r in suite_cfg["rows"]] + ["src/signclust/reports/suite.py"],
+                 for r in suite_cfg["rows"]]
+        + [f"reports/metrics/ablation_{c}.json" for c in suite_cfg["corpora"] if c.endswith("_free")]
+        + [f"reports/studies/{s}.json" for s in suite_cfg.get("rho_studies") or []]
+        + ["src/signclust/reports/suite.py"],
         "params": ["report.suite"],
         "outs": [out_file("reports/suite.md"), out_file("reports/figures/suite.png")]}
     ablate = ["cypriot"] + [c for c in suite if c.endswith("_free")] + ["latin_hands", "latin_handwriting"]

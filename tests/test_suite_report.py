@@ -10,7 +10,8 @@ CFG = {"report": {"suite": {
     "ours": "lm", "references": ["ward_pixels"], "deep": ["jule"], "rows": ["lm", "ward_pixels", "jule"],
     "corpora": ["a_free", "a_hands"], "builtin": ["cyp"],
     "targets": {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2, "k_median_within": 0.1,
-                "free_v": 0.97}}}}
+                "free_v": 0.97, "context_cost": 0.05, "rho": 0.8},
+    "rho_studies": ["lm_a_free_supervised_rho", "lm_a_hands_supervised_rho"]}}}
 #          (run, corpus): (V, K found, K true)
 FIGURES = {("lm", "a_free"): (0.98, 10, 10), ("lm", "a_hands"): (0.80, 13, 10), ("lm", "cyp"): (0.70, 50, 50),
            ("ward_pixels", "a_free"): (0.90, 10, 10), ("ward_pixels", "a_hands"): (0.76, 10, 10),
@@ -18,8 +19,22 @@ FIGURES = {("lm", "a_free"): (0.98, 10, 10), ("lm", "a_hands"): (0.80, 13, 10), 
            ("jule", "a_free"): (0.95, 10, 10), ("jule", "a_hands"): (0.70, 10, 10), ("jule", "cyp"): (0.65, 50, 50)}
 
 
+ABLATION = {"a_free": -0.07}                            # Δ V of no_context per free-variation corpus
+RHO = {"lm_a_free_supervised_rho": ("a_free", 0.9, 24), "lm_a_hands_supervised_rho": ("a_hands", 0.5, 24)}
+
+
 def _write(folder, skip=()):
     folder.mkdir(exist_ok=True)
+    for corpus, delta in ABLATION.items():
+        if ("ablation", corpus) not in skip:
+            (folder / f"ablation_{corpus}.json").write_text(json.dumps(
+                {"variants": {"no_context": {"delta_v": delta}, "no_pair": {"delta_v": 0.0}}}))
+    studies = folder.parent / "studies"
+    studies.mkdir(exist_ok=True)
+    for name, (corpus, rho, n) in RHO.items():
+        if ("study", name) not in skip:
+            (studies / f"{name}.json").write_text(json.dumps(
+                {"corpus": corpus, "agreement": {"unsupervised_vs_v": {"rho": rho, "n": n}}}))
     for (run, corpus), (v, k, kt) in FIGURES.items():
         if (run, corpus) in skip:
             continue
@@ -65,3 +80,32 @@ def test_seed_counts_name_the_suite_and_the_builtin_corpora_apart():
             ("lm", "a"): {"n_seeds": 3}, ("lm", "b"): {"n_seeds": 3}, ("lm", "cypriot"): {"n_seeds": 3}}
     assert suite.seed_counts(docs, "jule", ["a", "b"], ["cypriot"]) == "1 on the suite, 3 on the built-in corpora"
     assert suite.seed_counts(docs, "lm", ["a", "b"], ["cypriot"]) == "3"
+
+
+def test_context_ablation_and_rho_targets_from_their_own_files(tmp_path):
+    cfg = suite.config(CFG)
+    folder = _write(tmp_path / "m")
+    context, rho = suite.side_verdicts(suite.load_side(cfg, folder, tmp_path / "studies"), cfg)
+    assert context["ok"] and context["measured"] == "1/1 corpora; Δ V -0.070"
+    assert not rho["ok"] and rho["misses"] == ["a_hands (+0.50)"] and rho["measured"].startswith("1/2 studies of 24")
+    text = suite.build(CFG, folder, tmp_path / "s.md", None)
+    assert "| removing the context term (`no_context`) costs ≥ 0.05 V on the free-variation corpora | 1/1" in text
+    # a cheap context term is a miss; a variant the ablation did not run is one error
+    ABLATION["a_free"] = -0.01
+    try:
+        context, _ = suite.side_verdicts(suite.load_side(cfg, _write(tmp_path / "m2"), tmp_path / "studies"), cfg)
+    finally:
+        ABLATION["a_free"] = -0.07
+    assert not context["ok"] and context["misses"] == ["a_free (-0.010)"]
+    with pytest.raises(UserError, match="ablation_a_free.json has no variant 'no_ctx'.*no_context, no_pair"):
+        suite.load_side({**cfg, "context_ablation": "no_ctx"}, folder, tmp_path / "studies")
+
+
+def test_missing_ablation_or_study_is_one_error_unless_partial(tmp_path):
+    folder = _write(tmp_path / "m", skip={("ablation", "a_free"), ("study", "lm_a_hands_supervised_rho")})
+    with pytest.raises(UserError, match="2 file\\(s\\) missing: ablation_a_free.json, lm_a_hands_supervised_rho.json"):
+        suite.build(CFG, folder, tmp_path / "s.md", None)
+    text = suite.build(CFG, folder, tmp_path / "s.md", None, partial=True)
+    assert "on the free-variation corpora | not measured | **not met** |" in text
+    assert "| 1/1 studies of 24 trials (one per corpus) | met |" in text
+    assert "Not yet measured (`--partial`): ablation_a_free.json, lm_a_hands_supervised_rho.json." in text

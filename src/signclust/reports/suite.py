@@ -11,6 +11,12 @@ Reads reports/metrics/<run>_<corpus>.json (the evaluate stage) for the corpora o
 - reports/figures/suite.png: V per corpus (ours, the references, the best deep baseline) and
   K found against K true.
 
+Two targets are measured outside the evaluate stage, and read here from their own outputs: what
+removing the context term costs on the free-variation corpora (the ablation stage's
+reports/metrics/ablation_<corpus>.json, variant ``report.suite.context_ablation``), and whether
+the label-free objective ranks configurations like V-measure (Spearman rho of the Optuna studies
+named in ``report.suite.rho_studies``, reports/studies/<study>.json, made by ``signclust tune``).
+
 Missing metrics files are an error naming them (run ``dvc repro`` first), so a table never
 silently drops a row.
 """
@@ -33,8 +39,10 @@ DEFAULTS = {
     "rows": [],
     "corpora": [],
     "builtin": [],
+    "context_ablation": "no_context",
+    "rho_studies": [],
     "targets": {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2, "k_median_within": 0.1,
-                "free_v": 0.97},
+                "free_v": 0.97, "context_cost": 0.05, "rho": 0.8},
 }
 
 
@@ -64,6 +72,56 @@ def load(metrics_dir: Path, runs: list[str], corpora: list[str]) -> dict[tuple[s
         raise UserError(f"{len(missing)} metrics file(s) missing in {metrics_dir}, e.g. {', '.join(missing[:4])}; "
                         "run the evaluate stages first (dvc repro)")
     return docs
+
+
+def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = False) -> dict:
+    """The ablation's context cost per free-variation corpus, {corpus: delta V}, and each named
+    study's rho, {study: (corpus, rho, trials)}. A missing file is an error naming it (with
+    ``partial``: left out, and the target says what was measured)."""
+    side: dict = {"ablation": {}, "rho": {}, "missing": []}
+    for c in [c for c in cfg["corpora"] if regime(c) == "free"]:
+        path = Path(metrics_dir) / f"ablation_{c}.json"
+        if not path.is_file():
+            side["missing"].append(path.name)
+            continue
+        variants = json.loads(path.read_text())["variants"]
+        if cfg["context_ablation"] not in variants:
+            raise UserError(f"{path.name} has no variant {cfg['context_ablation']!r} (report.suite.context_ablation); "
+                            f"it has {', '.join(variants)}")
+        side["ablation"][c] = float(variants[cfg["context_ablation"]]["delta_v"])
+    for name in cfg["rho_studies"]:
+        path = Path(studies_dir) / f"{name}.json"
+        if not path.is_file():
+            side["missing"].append(path.name)
+            continue
+        doc = json.loads(path.read_text())
+        agree = (doc.get("agreement") or {}).get("unsupervised_vs_v") or {}
+        side["rho"][name] = (doc["corpus"], agree.get("rho"), int(agree.get("n") or 0))
+    if side["missing"] and not partial:
+        raise UserError(f"{len(side['missing'])} file(s) missing: {', '.join(side['missing'][:4])}; run the ablation "
+                        "stages (dvc repro ablation) and the studies of report.suite.rho_studies first")
+    return side
+
+
+def side_verdicts(side: dict, cfg: dict) -> list[dict]:
+    """The two targets measured by the ablation and by the tuning studies."""
+    t, out = cfg["targets"], []
+    abl = side["ablation"]
+    cheap = [f"{c} ({d:+.3f})" for c, d in abl.items() if -d < t["context_cost"]]
+    out.append({"target": f"removing the context term (`{cfg['context_ablation']}`) costs ≥ {t['context_cost']} V "
+                          "on the free-variation corpora",
+                "measured": (f"{len(abl) - len(cheap)}/{len(abl)} corpora; Δ V " + ", ".join(f"{d:+.3f}" for d in abl.values())
+                             if abl else "not measured"), "ok": bool(abl) and not cheap, "misses": cheap})
+    rho = side["rho"]
+    low = [f"{corpus} ({r:+.2f})" if r is not None else f"{corpus} (–)" for corpus, r, _ in rho.values()
+           if r is None or r < t["rho"]]
+    trials = sorted({n for _, _, n in rho.values()})
+    out.append({"target": f"the label-free objective ranks configurations like V: Spearman ρ ≥ {t['rho']} "
+                          "over an Optuna study",
+                "measured": (f"{len(rho) - len(low)}/{len(rho)} studies of {'/'.join(map(str, trials))} trials "
+                             "(one per corpus)" if rho else "not measured"),
+                "ok": bool(rho) and not low, "misses": low})
+    return out
 
 
 def regime(corpus: str) -> str:
@@ -122,7 +180,7 @@ def seed_counts(docs: dict, run: str, suite: list[str], builtin: list[str]) -> s
     return str(on_suite) if on_suite == on_builtin else f"{on_suite} on the suite, {on_builtin} on the built-in corpora"
 
 
-def markdown(docs: dict, cfg: dict, seeds: dict[str, str]) -> str:
+def markdown(docs: dict, cfg: dict, seeds: dict[str, str], side: dict) -> str:
     ours, refs, deep = cfg["ours"], cfg["references"], cfg["deep"]
     every = cfg["corpora"] + cfg["builtin"]
     lines = ["# The multi-script suite: our clusterer against every row", "",
@@ -157,9 +215,11 @@ def markdown(docs: dict, cfg: dict, seeds: dict[str, str]) -> str:
         label = f"**`{r}`**" if r == ours else f"`{r}`"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "## Targets", "", "| target | measured | verdict | misses |", "|---|---|---|---|"]
-    for v in verdicts(docs, cfg):
+    for v in verdicts(docs, cfg) + side_verdicts(side, cfg):
         lines.append(f"| {v['target']} | {v['measured']} | {'met' if v['ok'] else '**not met**'} | "
                      f"{', '.join(v['misses']) or '–'} |")
+    if side["missing"]:
+        lines += ["", f"Not yet measured (`--partial`): {', '.join(side['missing'])}."]
     return "\n".join(lines) + "\n"
 
 
@@ -204,7 +264,8 @@ def figure(docs: dict, cfg: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def build(params: dict, metrics_dir: Path, out_md: Path, out_png: Path | None, partial: bool = False) -> str:
+def build(params: dict, metrics_dir: Path, out_md: Path, out_png: Path | None, partial: bool = False,
+          studies_dir: Path | None = None) -> str:
     """Write the report. ``partial``: rows other than ours and the references that lack a corpus's
     metrics are left out (and named in the report) instead of being an error."""
     cfg = config(params)
@@ -218,7 +279,8 @@ def build(params: dict, metrics_dir: Path, out_md: Path, out_png: Path | None, p
         runs = [r for r in runs if r in have]
     docs = load(metrics_dir, runs, every)
     seeds = {r: seed_counts(docs, r, cfg["corpora"], cfg["builtin"]) for r in runs}
-    text = markdown(docs, cfg, seeds)
+    side = load_side(cfg, metrics_dir, studies_dir or Path(metrics_dir).parent / "studies", partial)
+    text = markdown(docs, cfg, seeds, side)
     atomic_write_text(out_md, text)
     if out_png is not None:
         figure(docs, cfg, out_png)
@@ -230,11 +292,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--metrics-dir", default=str(REPO_ROOT / "reports" / "metrics"))
     ap.add_argument("--out", default=str(REPO_ROOT / "reports" / "suite.md"))
+    ap.add_argument("--studies-dir", default=str(REPO_ROOT / "reports" / "studies"))
     ap.add_argument("--figure", default=str(REPO_ROOT / "reports" / "figures" / "suite.png"))
     ap.add_argument("--partial", action="store_true",
                     help="leave out (and name) the rows not yet evaluated on every corpus instead of failing")
     args = ap.parse_args(argv)
-    text = build(load_params(), Path(args.metrics_dir), Path(args.out), Path(args.figure), partial=args.partial)
+    text = build(load_params(), Path(args.metrics_dir), Path(args.out), Path(args.figure), partial=args.partial,
+                 studies_dir=Path(args.studies_dir))
     print(text.split("## Targets", 1)[1].strip())
 
 
