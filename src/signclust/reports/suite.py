@@ -159,7 +159,7 @@ def verdicts(docs: dict, cfg: dict) -> list[dict]:
     out.append({"target": f"K found within ±{t['k_within']:.0%} of K true on every corpus",
                 "measured": f"{len(every) - len(far)}/{len(every)} corpora", "ok": not far, "misses": far})
     med = float(np.median(np.abs(list(kerr.values()))))
-    out.append({"target": f"median |K error| within {t['k_median_within']:.0%}",
+    out.append({"target": f"median absolute K error within {t['k_median_within']:.0%}",
                 "measured": f"{med:.0%}", "ok": med <= t["k_median_within"], "misses": []})
     free = [c for c in suite if regime(c) == "free"]
     low = [f"{c} ({mean(docs[ours, c]):.3f})" for c in free if mean(docs[ours, c]) < t["free_v"]]

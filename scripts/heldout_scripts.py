@@ -1,0 +1,113 @@
+"""Our clusterer on scripts outside the scored suite (issue 9: "generality beats the last 0.01").
+
+    .venv/bin/python scripts/heldout_scripts.py                 # -> reports/heldout_scripts.md
+    .venv/bin/python scripts/heldout_scripts.py --scripts armenian --seeds 0
+
+The suite builder (data/suite.py) knows more scripts than the default suite scores
+(params.yaml ``prepare.suite.scripts``): Armenian (60 signs) and Ethiopic (135 signs, an abugida)
+are built the same way, all three regimes, and kept out of the suite, of every study and of every
+default. This script builds them in a temporary folder, fits the configured rows (``runs.<row>``
+of params.yaml, exactly as the train stage configures them: ``lm`` never given K, the Ward
+references given K true) and writes one table against the suite's targets: the margin over
+``ward_pixels`` and K found against K true. The labels are used only to score.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from signclust.config import load_params  # noqa: E402
+from signclust.data import suite  # noqa: E402
+from signclust.data.corpus import Corpus  # noqa: E402
+from signclust.errors import UserError, cli_main  # noqa: E402
+from signclust.evaluation.metrics import score  # noqa: E402
+from signclust.io import atomic_write_text  # noqa: E402
+from signclust.models.base import FitContext, get_clusterer  # noqa: E402
+from signclust.models.train import run_config  # noqa: E402
+
+ROWS = ("lm", "ward_pixels", "ward_glyphs")
+
+
+def fit_row(row: str, corpus: Corpus, seed: int, params: dict) -> tuple[float, int, float]:
+    """(V, K found, seconds) of one configured row at one seed."""
+    method, cfg, _ = run_config(row, params)
+    clusterer = get_clusterer(method, **cfg)
+    k_true = corpus.counts()["types"]
+    t0 = time.time()
+    result = clusterer.fit(corpus, FitContext(seed=seed, n_clusters=k_true if clusterer.needs_k else None,
+                                              progress=False))
+    return float(score(corpus.labels(), result.labels)["v_measure"]), int(result.k_found), time.time() - t0
+
+
+def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict) -> str:
+    ours, ref = ROWS[0], targets["margin_over"]
+    lines = ["# Held-out scripts: the suite's targets on scripts no default was chosen on", "",
+             f"Written by `scripts/heldout_scripts.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
+             f"Scripts {', '.join(scripts)}, built by the suite's builder (`data/suite.py`) in all three "
+             "regimes and kept out of the scored suite, of the tuning studies and of every default. "
+             f"`{ours}` is never given K; the Ward references are given K true.", "",
+             f"| corpus | K true | `{ours}` V | K found (error) | " + " | ".join(f"`{r}` V" for r in ROWS[1:])
+             + f" | margin over `{ref}` | s / fit (`{ours}`) |",
+             "|---|---:|---:|---:|" + "---:|" * (len(ROWS) - 1) + "---:|---:|"]
+    margins, kerr = [], []
+    for name, row in table.items():
+        v = {r: np.array([x[0] for x in row[r]]) for r in ROWS}
+        k = float(np.mean([x[1] for x in row[ours]]))
+        err = (k - row["k_true"]) / row["k_true"]
+        margin = float(v[ours].mean() - v[ref].mean())
+        margins.append((name, margin))
+        kerr.append((name, err))
+        lines.append(f"| {name} | {row['k_true']} | **{v[ours].mean():.3f} ± {v[ours].std():.3f}** | {k:.0f} ({err:+.0%}) | "
+                     + " | ".join(f"{v[r].mean():.3f}" for r in ROWS[1:])
+                     + f" | {margin:+.3f} | {np.mean([x[2] for x in row[ours]]):.1f} |")
+    short = [f"{n} ({m:+.3f})" for n, m in margins if m < targets["margin"]]
+    far = [f"{n} ({e:+.0%})" for n, e in kerr if abs(e) > targets["k_within"]]
+    lines += ["", "## Targets (as in reports/suite.md)", "",
+              "| target | measured | misses |", "|---|---|---|",
+              f"| native V ≥ `{ref}` + {targets['margin']} | {len(margins) - len(short)}/{len(margins)} corpora; "
+              f"smallest margin {min(m for _, m in margins):+.3f} | {', '.join(short) or '–'} |",
+              f"| K found within ±{targets['k_within']:.0%} of K true | {len(kerr) - len(far)}/{len(kerr)} corpora; "
+              f"median absolute error {np.median([abs(e) for _, e in kerr]):.0%} | {', '.join(far) or '–'} |"]
+    return "\n".join(lines) + "\n"
+
+
+@cli_main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scripts", nargs="+", default=["armenian", "ethiopic"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--out", default=str(REPO / "reports" / "heldout_scripts.md"))
+    args = ap.parse_args(argv)
+    params = load_params()
+    scored = set(params["prepare"]["suite"]["scripts"])
+    overlap = sorted(set(args.scripts) & scored)
+    if overlap:
+        raise UserError(f"{', '.join(overlap)}: part of the scored suite (prepare.suite.scripts), not held out")
+    targets = params["report"]["suite"]["targets"]
+    table: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for script in args.scripts:
+            for reg in suite.REGIMES:
+                name = f"{script}_{reg}"
+                suite.build(name, params["prepare"]).save(Path(tmp) / name)
+                corpus = Corpus.load(Path(tmp) / name)
+                table[name] = {"k_true": corpus.counts()["types"]}
+                for row in ROWS:
+                    table[name][row] = [fit_row(row, corpus, s, params) for s in args.seeds]
+                print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
+                      flush=True)
+    text = markdown(table, args.seeds, args.scripts, targets)
+    atomic_write_text(Path(args.out), text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""scripts/heldout_scripts.py: the suite's targets on scripts outside the scored suite."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from signclust.config import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("heldout_scripts", REPO_ROOT / "scripts" / "heldout_scripts.py")
+heldout = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(heldout)
+
+TARGETS = {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2}
+
+
+def test_table_and_verdicts_on_known_numbers():
+    #       row: [(V, K found, seconds) per seed]
+    table = {"x_free": {"k_true": 50, "lm": [(0.98, 55, 1.0), (0.96, 45, 3.0)],
+                        "ward_pixels": [(0.90, 50, 0.1)] * 2, "ward_glyphs": [(0.91, 50, 0.1)] * 2},
+             "x_hands": {"k_true": 100, "lm": [(0.80, 200, 2.0)] * 2,
+                         "ward_pixels": [(0.77, 100, 0.1)] * 2, "ward_glyphs": [(0.70, 100, 0.1)] * 2}}
+    text = heldout.markdown(table, [0, 1], ["x"], TARGETS)
+    assert "| x_free | 50 | **0.970 ± 0.010** | 50 (+0%) | 0.900 | 0.910 | +0.070 | 2.0 |" in text
+    assert "| x_hands | 100 | **0.800 ± 0.000** | 200 (+100%) | 0.770 | 0.700 | +0.030 | 2.0 |" in text
+    assert "| 1/2 corpora; smallest margin +0.030 | x_hands (+0.030) |" in text
+    assert "| 1/2 corpora; median absolute error 50% | x_hands (+100%) |" in text
+
+
+def test_a_scored_script_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        heldout.main(["--scripts", "latin", "armenian"])
+    assert exc.value.code != 0
+    assert "latin: part of the scored suite (prepare.suite.scripts), not held out" in capsys.readouterr().err
