@@ -539,3 +539,20 @@ def test_coarse_contexts_join_the_forms_of_a_sign_split_by_hand():
     assert np.array_equal(fine.labels, shut.labels)
     assert ours.k_found < fine.k_found
     assert v_measure_score(gold, ours.labels) >= v_measure_score(gold, fine.labels) + 0.05
+
+
+def test_glyph_features_in_chunks_equal_the_features_built_at_once():
+    # a corpus above ``chunk`` images builds its feature blocks a chunk at a time (memory); the
+    # result is the same features up to float rounding (variances summed in float64 by chunk)
+    from signclust.models.lm_clusterer import LMConfig, glyph_features
+    rng = np.random.default_rng(0)
+    images = np.zeros((230, 24, 24), np.uint8)
+    for i in range(len(images)):                       # strokes of random length and place
+        r, c = rng.integers(2, 12, 2)
+        images[i, r:r + rng.integers(3, 10), c:c + 3] = 255
+        images[i, r:r + 3, c:c + rng.integers(3, 10)] = 200
+    cfg = LMConfig(feature_dim=8)
+    whole = glyph_features(images, cfg, seed=3, chunk=1000, pca_sample=1000)
+    chunked = glyph_features(images, cfg, seed=3, chunk=64, pca_sample=1000)
+    assert whole.shape == chunked.shape == (230, 8)
+    assert np.allclose(whole, chunked, atol=1e-4 * np.abs(whole).max())

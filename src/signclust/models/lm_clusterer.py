@@ -108,19 +108,55 @@ class LMConfig:
 
 
 # --------------------------------------------------------------------------- visual side
-def glyph_features(images: np.ndarray, cfg: LMConfig, seed: int) -> np.ndarray:
-    """uint8 (m, H, W) distinct images -> float32 (m, feature_dim): PCA of [glyph, skeleton],
-    each block scaled to unit total variance so that neither dominates."""
-    from sklearn.decomposition import PCA
-    blocks = [normalize_glyphs(images).reshape(len(images), -1).astype(np.float32) / 255.0]
-    if cfg.skeleton:
+def glyph_blocks(images: np.ndarray, skeleton: bool) -> list[np.ndarray]:
+    """uint8 (m, H, W) -> the feature blocks as computed, (m, pixels) each: the normalised glyph
+    (uint8), then (with ``skeleton``) the stroke skeleton (float32 in [0, 1])."""
+    blocks = [normalize_glyphs(images).reshape(len(images), -1)]
+    if skeleton:
         blocks.append(skeleton_glyphs(images).reshape(len(images), -1))
-    x = np.concatenate([b / np.sqrt(max(float(b.var(0).sum()), 1e-12)) for b in blocks], axis=1)
-    dim = int(min(cfg.feature_dim, len(x) - 1, x.shape[1]))
-    if dim < 1:
-        return np.zeros((len(x), 1), dtype=np.float32)
-    sample = np.random.default_rng(seed).permutation(len(x))[:20000]
-    return PCA(dim, random_state=seed).fit(x[sample]).transform(x).astype(np.float32)
+    return blocks
+
+
+def as_float(blocks: list[np.ndarray]) -> list[np.ndarray]:
+    """The blocks as float32 in [0, 1] (the glyph block is stored as uint8)."""
+    return [blocks[0].astype(np.float32) / 255.0] + blocks[1:]
+
+
+def glyph_features(images: np.ndarray, cfg: LMConfig, seed: int, chunk: int = 20000,
+                   pca_sample: int = 20000) -> np.ndarray:
+    """uint8 (m, H, W) distinct images -> float32 (m, feature_dim): PCA of [glyph, skeleton],
+    each block scaled to unit total variance so that neither dominates; the PCA is fitted on at
+    most ``pca_sample`` images (a random sample).
+
+    Up to ``chunk`` images everything is built at once. Beyond, the float32 blocks and their
+    scaled copy would hold several GB (4.6 GB peak at 100k images), so the blocks are kept as
+    computed (uint8 glyphs, float32 skeletons: 0.5 GB at 100k) and widened, scaled and projected
+    ``chunk`` images at a time; the variances are accumulated in float64."""
+    from sklearn.decomposition import PCA
+    m = len(images)
+    sample = np.random.default_rng(seed).permutation(m)[:pca_sample]
+    if m <= chunk:
+        blocks = as_float(glyph_blocks(images, cfg.skeleton))
+        x = np.concatenate([b / np.sqrt(max(float(b.var(0).sum()), 1e-12)) for b in blocks], axis=1)
+        dim = int(min(cfg.feature_dim, m - 1, x.shape[1]))
+        if dim < 1:
+            return np.zeros((m, 1), dtype=np.float32)
+        return PCA(dim, random_state=seed).fit(x[sample]).transform(x).astype(np.float32)
+    spans = [(a, min(a + chunk, m)) for a in range(0, m, chunk)]
+    raw = [np.concatenate(parts) for parts in zip(*(glyph_blocks(images[a:b], cfg.skeleton) for a, b in spans))]
+    s1 = [np.zeros(r.shape[1]) for r in raw]
+    s2 = [np.zeros(r.shape[1]) for r in raw]
+    for a, b in spans:                          # per block: sum and sum of squares over all images
+        for i, blk in enumerate(as_float([r[a:b] for r in raw])):
+            s1[i] += blk.sum(0, dtype=np.float64)
+            s2[i] += (blk.astype(np.float64) ** 2).sum(0)
+    scale = [1.0 / np.sqrt(max(float((q / m - (p / m) ** 2).sum()), 1e-12)) for p, q in zip(s1, s2)]
+
+    def scaled(idx) -> np.ndarray:
+        return np.concatenate([blk * np.float32(c) for blk, c in zip(as_float([r[idx] for r in raw]), scale)], axis=1)
+
+    pca = PCA(int(min(cfg.feature_dim, sum(r.shape[1] for r in raw))), random_state=seed).fit(scaled(np.sort(sample)))
+    return np.concatenate([pca.transform(scaled(slice(a, b))) for a, b in spans]).astype(np.float32)
 
 
 def text_centre(x: np.ndarray, text_index: np.ndarray, kappa: float) -> np.ndarray:
