@@ -556,3 +556,12 @@ def test_glyph_features_in_chunks_equal_the_features_built_at_once():
     chunked = glyph_features(images, cfg, seed=3, chunk=64, pca_sample=1000)
     assert whole.shape == chunked.shape == (230, 8)
     assert np.allclose(whole, chunked, atol=1e-4 * np.abs(whole).max())
+
+
+def test_disjoint_best_without_a_limit_takes_every_disjoint_positive_pair():
+    from signclust.models.merging import disjoint_best
+    u, v = np.array([0, 1, 2, 3, 0]), np.array([1, 2, 3, 4, 4])
+    # by gain: (2,3) 9, (0,1) 8, (1,2) 7 (1 and 2 taken), (3,4) 6 (3 taken), (0,4) 5 (0 taken)
+    assert disjoint_best(u, v, np.array([8.0, 7.0, 9.0, 6.0, 5.0])) == [(2, 3), (0, 1)]
+    assert disjoint_best(u, v, np.array([8.0, 7.0, 9.0, 6.0, 5.0]), limit=1) == [(2, 3)]
+    assert disjoint_best(u, v, np.array([8.0, -7.0, -9.0, 6.0, 5.0])) == [(0, 1), (3, 4)]

@@ -67,6 +67,7 @@ from scipy.special import gammaln
 from signclust.data.corpus import Corpus
 from signclust.data.glyphs import normalize_glyphs, skeleton_glyphs
 from signclust.models.base import ClusterResult, Clusterer, FitContext, register
+from signclust.models.merging import disjoint_best
 from signclust.models.params import config_field, params_of
 
 
@@ -437,19 +438,6 @@ def candidate_pairs(cen: np.ndarray, left: np.ndarray, right: np.ndarray, k_nn: 
     ratio = np.maximum(d1[u], d1[v]) / np.maximum(np.minimum(d2[u], d2[v]), 1e-12)
     mutual = (order[u, 0] == v) & (order[v, 0] == u)
     return u, v, np.minimum(rank_of[u, v], rank_of[v, u]), np.where(mutual, ratio, np.inf)
-
-
-def disjoint_best(u: np.ndarray, v: np.ndarray, gain: np.ndarray, limit: int) -> list[tuple[int, int]]:
-    """Greedy: the highest positive gains first, each type in at most one merge of the round."""
-    chosen, used = [], set()
-    for i in np.argsort(-gain):
-        if gain[i] <= 0 or len(chosen) >= limit:
-            break
-        a, b = int(u[i]), int(v[i])
-        if a not in used and b not in used:
-            used.update((a, b))
-            chosen.append((a, b))
-    return chosen
 
 
 @register

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln
 
+from signclust.models.merging import disjoint_best
+
 
 @dataclass
 class NormalGammaPrior:
@@ -112,15 +114,12 @@ def merge_moves(x: np.ndarray, z: np.ndarray, prior: NormalGammaPrior, alpha: fl
         # change of log p(X, z): one component instead of two (CRP: one log alpha fewer)
         gain = (log_marginal(n[u] + n[v], s1[u] + s1[v], s2[u] + s2[v], prior) - own[u] - own[v]
                 + gammaln(n[u] + n[v]) - gammaln(n[u]) - gammaln(n[v]) - np.log(alpha))
-        mapping, used = np.arange(k), set()
-        for i in np.argsort(-gain):
-            if gain[i] <= 0:
-                break
-            if u[i] not in used and v[i] not in used:
-                used.update((u[i], v[i]))
-                mapping[v[i]] = u[i]
-        if not used:
+        merges = disjoint_best(u, v, gain)
+        if not merges:
             return z
+        mapping = np.arange(k)
+        for a, b in merges:
+            mapping[b] = a
         z = np.unique(mapping[z], return_inverse=True)[1]
 
 
