@@ -6,7 +6,7 @@
 The suite builder (data/suite.py) knows more scripts than the default suite scores
 (params.yaml ``prepare.suite.scripts``): Armenian (60 signs) and Ethiopic (135 signs, an abugida)
 are built the same way, all three regimes, and kept out of the suite, of every study and of every
-default. This script builds them in a temporary folder, fits the configured rows (``runs.<row>``
+default. This script builds them in memory, fits the configured rows (``runs.<row>``
 of params.yaml, exactly as the train stage configures them: ``lm`` never given K, the Ward
 references given K true) and writes one table against the suite's targets: the margin over
 ``ward_pixels`` and K found against K true. The labels are used only to score.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -93,17 +92,15 @@ def main(argv=None):
         raise UserError(f"{', '.join(overlap)}: part of the scored suite (prepare.suite.scripts), not held out")
     targets = params["report"]["suite"]["targets"]
     table: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for script in args.scripts:
-            for reg in suite.REGIMES:
-                name = f"{script}_{reg}"
-                suite.build(name, params["prepare"]).save(Path(tmp) / name)
-                corpus = Corpus.load(Path(tmp) / name)
-                table[name] = {"k_true": corpus.counts()["types"]}
-                for row in ROWS:
-                    table[name][row] = [fit_row(row, corpus, s, params) for s in args.seeds]
-                print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
-                      flush=True)
+    for script in args.scripts:
+        for reg in suite.REGIMES:
+            name = f"{script}_{reg}"
+            corpus = suite.build(name, params["prepare"])
+            table[name] = {"k_true": corpus.counts()["types"]}
+            for row in ROWS:
+                table[name][row] = [fit_row(row, corpus, s, params) for s in args.seeds]
+            print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
+                  flush=True)
     text = markdown(table, args.seeds, args.scripts, targets)
     atomic_write_text(Path(args.out), text)
     print(text)
