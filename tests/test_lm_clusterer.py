@@ -565,3 +565,10 @@ def test_disjoint_best_without_a_limit_takes_every_disjoint_positive_pair():
     assert disjoint_best(u, v, np.array([8.0, 7.0, 9.0, 6.0, 5.0])) == [(2, 3), (0, 1)]
     assert disjoint_best(u, v, np.array([8.0, 7.0, 9.0, 6.0, 5.0]), limit=1) == [(2, 3)]
     assert disjoint_best(u, v, np.array([8.0, -7.0, -9.0, 6.0, 5.0])) == [(0, 1), (3, 4)]
+
+
+def test_apply_merges_relabels_the_second_type_of_each_pair():
+    from signclust.models.merging import apply_merges
+    z = np.array([0, 1, 2, 3, 4, 1, 3])
+    assert apply_merges(z, [(2, 3), (0, 1)], 5).tolist() == [0, 0, 2, 2, 4, 0, 2]
+    assert apply_merges(z, [], 5).tolist() == z.tolist()

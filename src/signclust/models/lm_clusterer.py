@@ -67,7 +67,7 @@ from scipy.special import gammaln
 from signclust.data.corpus import Corpus
 from signclust.data.glyphs import normalize_glyphs, skeleton_glyphs
 from signclust.models.base import ClusterResult, Clusterer, FitContext, register
-from signclust.models.merging import disjoint_best
+from signclust.models.merging import apply_merges, disjoint_best
 from signclust.models.params import config_field, params_of
 
 
@@ -522,10 +522,7 @@ class LMSignClusterer(Clusterer):
             merges = disjoint_best(u, v, gain, max(1, int(cfg.batch * k)))
             if not merges:
                 break
-            mapping = np.arange(k)
-            for a, b in merges:
-                mapping[b] = a
-            z = mapping[z]
+            z = apply_merges(z, merges, k)
             history.append({"round": len(history) + 1, "types": k - len(merges), "merges": len(merges),
                             "best_gain": float(gain.max()), "accepted_gain": float(sum(
                                 gain[(u == a) & (v == b)][0] for a, b in merges))})

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln
 
-from signclust.models.merging import disjoint_best
+from signclust.models.merging import apply_merges, disjoint_best
 
 
 @dataclass
@@ -117,10 +117,7 @@ def merge_moves(x: np.ndarray, z: np.ndarray, prior: NormalGammaPrior, alpha: fl
         merges = disjoint_best(u, v, gain)
         if not merges:
             return z
-        mapping = np.arange(k)
-        for a, b in merges:
-            mapping[b] = a
-        z = np.unique(mapping[z], return_inverse=True)[1]
+        z = np.unique(apply_merges(z, merges, k), return_inverse=True)[1]
 
 
 def reassign(x: np.ndarray, z: np.ndarray, prior: NormalGammaPrior, sweeps: int = 5) -> np.ndarray:
