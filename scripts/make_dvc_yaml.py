@@ -30,11 +30,12 @@ CORE = ["src/signclust/models/train.py", "src/signclust/models/base.py", "src/si
 NETS = "src/signclust/models/baselines/_nets.py"
 GLYPHS = "src/signclust/data/glyphs.py"
 MERGING = "src/signclust/models/merging.py"
+ENCODER = "src/signclust/models/visual_encoder.py"
 # what the distance stage computes with, and what a model reading its outputs computes on demand with
 METRIC = ["src/signclust/distances/l1.py", "src/signclust/distances/hamming.py", "src/signclust/distances/metrics.py"]
 # train group -> (rows, files besides CORE (``{run}`` = the row's method file), needs distances, models key, seed set)
 GROUPS = {
-    "lm": (["lm"], ["src/signclust/models/lm_clusterer.py", MERGING, GLYPHS, NETS], False, False, None),
+    "lm": (["lm"], ["src/signclust/models/lm_clusterer.py", ENCODER, MERGING, GLYPHS, NETS], False, False, None),
     "lm_gradient": (["lm_v1", "lm_seed"], ["src/signclust/models/lm_gradient.py", GLYPHS, NETS] + METRIC,
                     True, False, None),
     "classical": (["ward_pixels", "ward_glyphs", "kmeans", "ward", "dpgmm"],
@@ -139,8 +140,8 @@ def build(params: dict) -> dict:
     ablate = ["cypriot"] + [c for c in suite if c.endswith("_free")] + ["latin_hands", "latin_handwriting"]
     st["ablation"] = {"foreach": ablate, "do": {
         "cmd": "python -m signclust.evaluation.ablation ${item}",
-        "deps": ["data/corpora/${item}", "data/distances/${item}", "src/signclust/models/lm_clusterer.py", MERGING,
-                 GLYPHS, NETS, "src/signclust/evaluation/ablation.py"] + EVALUATE[:2] + CORE,
+        "deps": ["data/corpora/${item}", "data/distances/${item}", "src/signclust/models/lm_clusterer.py", ENCODER,
+                 MERGING, GLYPHS, NETS, "src/signclust/evaluation/ablation.py"] + EVALUATE[:2] + CORE,
         "params": ["ablation", "runs.lm"] + EVALUATE_PARAMS,
         "outs": [out_file("reports/ablation_${item}.md"), out_file("reports/figures/ablation_${item}.png")],
         "metrics": [out_file("reports/metrics/ablation_${item}.json")]}}

@@ -109,3 +109,11 @@ def test_missing_ablation_or_study_is_one_error_unless_partial(tmp_path):
     assert "on the free-variation corpora | not measured | **not met** |" in text
     assert "| 1/1 studies of 24 trials (one per corpus) | met |" in text
     assert "Not yet measured (`--partial`): ablation_a_free.json, lm_a_hands_supervised_rho.json." in text
+
+
+def test_the_rho_note_is_printed_under_the_targets_only_when_given(tmp_path):
+    folder = _write(tmp_path / "m")
+    assert "The ρ studies:" not in suite.build(CFG, folder, tmp_path / "s.md", None)
+    noted = {"report": {"suite": {**CFG["report"]["suite"], "rho_note": ["made with", "an earlier `lm`."]}}}
+    text = suite.build(noted, folder, tmp_path / "s.md", None)
+    assert text.rstrip().endswith("The ρ studies: made with an earlier `lm`.")

@@ -39,8 +39,12 @@ where that stops: it is never given and no distance threshold is set by hand.
 
 The visual side, all label-free and fitted per corpus:
 - features: normalised glyphs (ink, position, size removed) and their stroke skeletons
-  (stroke width removed), PCA to ``feature_dim``; then each token minus its text's mean feature,
-  shrunk by n_t / (n_t + text_centring): a hand is a per-text offset in this space.
+  (stroke width removed), PCA to ``feature_dim``. On a noisy corpus they sit, weighted by
+  ``glyph_weight``, beside the features of a contrastive encoder trained on the corpus's own
+  glyphs (models/visual_encoder.py: SimCLR with small elastic and affine deformations), which
+  see past the pen: one sign's forms by two hands are often further apart in pixels than two
+  signs by one hand. Then each token minus its text's mean feature, shrunk by
+  n_t / (n_t + text_centring): a hand is a per-text offset in this space.
 - pair model: within one text (one hand), a token's nearest neighbour that is much nearer than
   its second nearest is almost always the same sign (measured 0.73-0.98 precision on the suite);
   a logistic fit of those pairs against all within-text pairs gives the log-odds a - b d that
@@ -77,6 +81,12 @@ class LMConfig:
     feature_dim: int = config_field(32, int, min=1, doc="PCA components of [normalised glyph, skeleton]")
     skeleton: bool = config_field(True, bool, doc="add the stroke skeleton (stroke-width invariant)")
     text_centring: float = config_field(8.0, float, min=0, doc="shrinkage of the per-text offset removal (0: off)")
+    encoder_epochs: int = config_field(10, int, min=0,
+                                       doc="noisy corpus: epochs of the contrastive glyph encoder (0: no encoder)")
+    encoder_strength: float = config_field(0.5, float, min=0,
+                                           doc="deformation scale of the encoder's views (1: the usual glyph augmentation)")
+    glyph_weight: float = config_field(0.5, float, min=0,
+                                       doc="with the encoder: weight of the glyph features beside its features")
     # micro-clusters and the pair model
     clean_share: float = config_field(0.5, float, gt=0, max=1,
                                       doc="distinct images / tokens at or below this: a clean corpus")
@@ -158,6 +168,19 @@ def glyph_features(images: np.ndarray, cfg: LMConfig, seed: int, chunk: int = 20
 
     pca = PCA(int(min(cfg.feature_dim, sum(r.shape[1] for r in raw))), random_state=seed).fit(scaled(np.sort(sample)))
     return np.concatenate([pca.transform(scaled(slice(a, b))) for a, b in spans]).astype(np.float32)
+
+
+def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitContext) -> np.ndarray:
+    """(m, D) glyph features of the distinct images -> (m, D + 64): the glyph features x
+    ``glyph_weight`` beside the contrastive encoder's features (models/visual_encoder.py), each
+    block first scaled to unit total variance. The encoder's features see past the hand; the
+    glyph features keep the one-stroke differences of a large inventory that its deformations
+    blur."""
+    from signclust.models.visual_encoder import EncoderConfig, train_encoder
+    enc = train_encoder(normalize_glyphs(images), EncoderConfig(cfg.encoder_epochs, cfg.encoder_strength),
+                        ctx.seed, ctx.device, ctx.progress)
+    unit = lambda b: b / np.sqrt(max(float(b.var(0).sum()), 1e-12))  # noqa: E731
+    return np.concatenate([cfg.glyph_weight * unit(feats), unit(enc)], axis=1).astype(np.float32)
 
 
 def text_centre(x: np.ndarray, text_index: np.ndarray, kappa: float) -> np.ndarray:
@@ -456,9 +479,11 @@ class LMSignClusterer(Clusterer):
         text_index = np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1]
         image_index = corpus.image_index()
         # visual side: features per distinct image, then per token with the hand removed
-        feats = glyph_features(np.asarray(corpus.images), cfg, ctx.seed)
-        x = text_centre(feats[image_index], text_index, cfg.text_centring)                  # (n, D)
         clean = len(corpus.images) <= cfg.clean_share * corpus.n_tokens
+        feats = glyph_features(np.asarray(corpus.images), cfg, ctx.seed)
+        if not clean and cfg.encoder_epochs:
+            feats = with_encoder(feats, np.asarray(corpus.images), cfg, ctx)
+        x = text_centre(feats[image_index], text_index, cfg.text_centring)                  # (n, D)
         pair = None if clean else corpus_pair_model(x, texts, cfg.pair_ratio, ctx.seed)
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
         k0 = int(z.max()) + 1

@@ -41,6 +41,7 @@ DEFAULTS = {
     "builtin": [],
     "context_ablation": "no_context",
     "rho_studies": [],
+    "rho_note": [],             # lines printed under the targets: what the studies were made with, if not the current code
     "targets": {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2, "k_median_within": 0.1,
                 "free_v": 0.97, "context_cost": 0.05, "rho": 0.8},
 }
@@ -220,6 +221,8 @@ def markdown(docs: dict, cfg: dict, seeds: dict[str, str], side: dict) -> str:
                      f"{', '.join(v['misses']) or '–'} |")
     if side["missing"]:
         lines += ["", f"Not yet measured (`--partial`): {', '.join(side['missing'])}."]
+    if cfg["rho_note"]:
+        lines += ["", "The ρ studies: " + " ".join(cfg["rho_note"])]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,96 @@
+"""A contrastive glyph encoder fitted on the corpus itself: the visual side of ``lm`` on a noisy corpus.
+
+SimCLR (Chen et al. 2020) on the normalised glyphs: two randomly deformed views of each image go
+through ``GlyphCNN`` and a projection head; the NT-Xent loss makes each view pick out its twin
+among the 2B - 1 other views of the batch. What survives is what the deformations do not change:
+the shape of the sign rather than the hand that wrote it, which pixel and PCA features cannot
+separate (a sign's forms by two hands are further apart there than two signs by one hand).
+
+The deformations are a smooth random displacement field (``elastic``: pen wobble, letterform
+proportions) followed by ``GlyphAugment`` (affine warp, stroke width, noise), both scaled by
+``strength``. Strong deformations merge signs of a large inventory that differ by one stroke;
+the default strength is half of the usual glyph augmentation. The embedding returned is the
+encoder's feature (before the projection head, as SimCLR evaluates it), L2-normalised.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from signclust.config import seed_everything, torch_device
+from signclust.models.baselines._nets import (GlyphAugment, GlyphCNN, embed, epoch_bar, images_to_tensor, mlp,
+                                              shuffled_batches)
+
+
+@dataclass
+class EncoderConfig:
+    epochs: int               # passes over (at most ``max_images`` of) the images
+    strength: float           # deformation scale: 1 is the usual glyph augmentation, 0 none
+    dim: int = 64             # encoder feature size (what is returned)
+    width: int = 16           # GlyphCNN channels of the first block
+    tau: float = 0.2          # NT-Xent temperature
+    batch: int = 256
+    lr: float = 3e-3
+    max_images: int = 20000   # an epoch sees at most this many images (a random subset beyond)
+
+
+def elastic(x: torch.Tensor, alpha: float, gen: torch.Generator, grid: int = 4) -> torch.Tensor:
+    """A smooth random displacement of each image (n, 1, H, W): a (grid x grid) field of
+    N(0, (2 alpha / H)^2) offsets in affine_grid's [-1, 1] coordinates (about alpha pixels),
+    interpolated bicubically to every pixel."""
+    n, _, h, w = x.shape
+    coarse = torch.randn(n, 2, grid, grid, generator=gen) * alpha / h * 2
+    flow = F.interpolate(coarse, size=(h, w), mode="bicubic", align_corners=False).permute(0, 2, 3, 1)
+    base = F.affine_grid(torch.eye(2, 3).expand(n, 2, 3), (n, 1, h, w), align_corners=False)
+    return F.grid_sample(x, base + flow.to(x.device), align_corners=False)
+
+
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
+    """SimCLR's loss for two views (B, d) of one batch: the mean over the 2B views of
+    -log softmax(cos(view, twin) / tau) against every other view of the batch."""
+    z = F.normalize(torch.cat([z1, z2]), dim=1)                     # (2B, d)
+    sim = z @ z.t() / tau
+    sim = sim.masked_fill(torch.eye(len(z), dtype=torch.bool, device=z.device), float("-inf"))
+    b = len(z1)
+    twin = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(z.device)
+    return F.cross_entropy(sim, twin)
+
+
+def train_encoder(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device: str = "auto",
+                  progress: bool = False) -> np.ndarray:
+    """uint8 (m, H, W) normalised glyphs -> float32 (m, cfg.dim) L2-normalised features.
+    Every random draw comes from one CPU generator seeded with ``seed``. Images become float
+    tensors a batch at a time (100k glyphs would be 0.9 GB as one tensor)."""
+    seed_everything(seed)
+    gen = torch.Generator().manual_seed(seed)
+    dev = torch_device(device)
+    net = GlyphCNN(image_size=glyphs.shape[-1], feat_dim=cfg.dim, width=cfg.width, n_blocks=3, pool=2).to(dev)
+    head = mlp(cfg.dim, 128, 64).to(dev)
+    opt = torch.optim.Adam(list(net.parameters()) + list(head.parameters()), lr=cfg.lr)
+    s = cfg.strength
+    augment = GlyphAugment(rotation=8 * s, scale=(1 - 0.1 * s, 1 + 0.1 * s), translate=0.06 * s,
+                           shear=10 * s, p_thicker=0.3, p_thinner=0.3, noise=0.03)
+
+    def view(xb):
+        return augment(elastic(xb, 2 * s, gen), gen).to(dev)
+
+    bar = epoch_bar(cfg.epochs, progress, "encoder")
+    steps = -(-min(len(glyphs), cfg.max_images) // cfg.batch)
+    for _ in bar:
+        for idx in shuffled_batches(len(glyphs), cfg.batch, gen, drop_last=False)[:steps]:
+            if len(idx) < 8:                    # too few negatives (and BatchNorm) for a step
+                continue
+            xb = images_to_tensor(glyphs[idx.numpy()])                  # (B, 1, H, W)
+            # both views in one forward pass: BatchNorm normalises them with the same statistics
+            z = head(net(torch.cat([view(xb), view(xb)])))             # (2B, 64)
+            loss = nt_xent(z[:len(idx)], z[len(idx):], cfg.tau)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    feats = np.concatenate([embed(net, images_to_tensor(glyphs[a:a + cfg.max_images]), device=dev)
+                            for a in range(0, len(glyphs), cfg.max_images)])
+    return F.normalize(torch.from_numpy(feats), dim=1).numpy()

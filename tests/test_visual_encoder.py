@@ -1,0 +1,118 @@
+"""The contrastive glyph encoder (models/visual_encoder.py) and where ``lm`` uses it: the loss
+against a naive loop, the deformation at zero strength, determinism, and what it learns on a
+corpus where the hand changes a sign's pixels more than the sign does."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from signclust.models import lm_clusterer as L
+from signclust.models.base import FitContext, get_clusterer
+from signclust.models.visual_encoder import EncoderConfig, elastic, nt_xent, train_encoder
+
+from conftest import draw_shape
+
+
+def test_nt_xent_against_a_naive_loop():
+    g = torch.Generator().manual_seed(0)
+    z1, z2 = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g)
+    tau = 0.3
+    z = torch.cat([z1, z2])
+    z = z / z.norm(dim=1, keepdim=True)
+    b, total = 5, 0.0
+    for i in range(2 * b):
+        twin = (i + b) % (2 * b)
+        others = [math.exp(float(z[i] @ z[j]) / tau) for j in range(2 * b) if j != i]
+        total += -(float(z[i] @ z[twin]) / tau - math.log(sum(others)))
+    assert float(nt_xent(z1, z2, tau)) == pytest.approx(total / (2 * b), rel=1e-5)
+
+
+def test_nt_xent_is_lowest_when_each_view_matches_its_twin():
+    g = torch.Generator().manual_seed(1)
+    z1 = torch.randn(8, 16, generator=g)
+    assert float(nt_xent(z1, z1, 0.2)) < float(nt_xent(z1, z1[torch.randperm(8, generator=g)], 0.2))
+
+
+def test_elastic_without_displacement_is_the_identity():
+    x = torch.rand(3, 1, 24, 24, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(elastic(x, 0.0, torch.Generator().manual_seed(0)), x, atol=1e-6)
+    moved = elastic(x, 2.0, torch.Generator().manual_seed(0))
+    assert moved.shape == x.shape and not torch.allclose(moved, x, atol=1e-3)
+
+
+def two_hand_glyphs(per_form: int = 24, seed: int = 0):
+    """Three signs, each drawn by two hands (a 1 px pen and a 6 px pen, shifted by up to 4 px):
+    a thin ring and a thick ring share fewer pixels than a thin ring and a thin cross."""
+    rng = np.random.default_rng(seed)
+    images, signs = [], []
+    for s, shape in enumerate(("ring", "cross", "triangle")):
+        for width in (1, 6):
+            clean = draw_shape(shape, 32, width=width)
+            for _ in range(per_form):
+                dy, dx = rng.integers(-4, 5, size=2)
+                images.append(np.roll(clean, (dy, dx), axis=(0, 1)))
+                signs.append(s)
+    return np.stack(images), np.array(signs)
+
+
+def nearest_other_form_accuracy(x: np.ndarray, signs: np.ndarray, forms: np.ndarray) -> float:
+    """Share of images whose nearest image *of the other pen* shows the same sign."""
+    d = ((x[:, None] - x[None]) ** 2).sum(-1)
+    d[forms[:, None] == forms[None]] = np.inf
+    return float((signs[d.argmin(1)] == signs).mean())
+
+
+def test_the_encoder_is_deterministic_unit_norm_and_sees_past_the_pen():
+    images, signs = two_hand_glyphs()
+    forms = np.tile(np.repeat([0, 1], 24), 3)
+    cfg = EncoderConfig(epochs=8, strength=1.0, batch=48)
+    a = train_encoder(images, cfg, seed=0, device="cpu")
+    assert a.shape == (len(images), cfg.dim)
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(a, train_encoder(images, cfg, seed=0, device="cpu"))
+    pixels = images.reshape(len(images), -1).astype(np.float64)
+    # measured: pixels 0.57, the encoder 0.94
+    assert nearest_other_form_accuracy(pixels, signs, forms) < 0.7 < 0.85 < nearest_other_form_accuracy(a, signs, forms)
+
+
+def test_an_epoch_sees_at_most_max_images(monkeypatch):
+    import signclust.models.visual_encoder as E
+    images, _ = two_hand_glyphs(per_form=8)                      # 48 images
+    seen, real = [], E.images_to_tensor
+    monkeypatch.setattr(E, "images_to_tensor", lambda arr: seen.append(len(arr)) or real(arr))
+    train_encoder(images, EncoderConfig(epochs=2, strength=0.5, batch=10, max_images=20), seed=0, device="cpu")
+    # 2 epochs x 2 batches of 10, then the embedding of all 48 images in chunks of 20
+    assert seen == [10, 10, 10, 10, 20, 20, 8]
+
+
+@pytest.mark.parametrize("clean, epochs, expect", [(True, 10, False), (False, 0, False), (False, 10, True)])
+def test_lm_trains_the_encoder_only_on_a_noisy_corpus(monkeypatch, tiny_corpus, clean, epochs, expect):
+    corpus = tiny_corpus(n_types=3, per_type=6, n_texts=3, duplicates=40 if clean else 0,
+                         noise=0.0 if clean else 12.0)
+    calls = []
+
+    def fake(glyphs, cfg, seed, device, progress):
+        calls.append((cfg.epochs, cfg.strength))
+        return np.random.default_rng(seed).normal(size=(len(glyphs), 4)).astype(np.float32)
+    monkeypatch.setattr("signclust.models.visual_encoder.train_encoder", fake)
+    get_clusterer("lm", encoder_epochs=epochs).fit(corpus, FitContext(seed=0, progress=False, device="cpu"))
+    assert calls == ([(epochs, L.LMConfig().encoder_strength)] if expect else [])
+
+
+def test_with_encoder_scales_the_two_blocks():
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(30, 5)) * 7.0
+
+    class Ctx:
+        seed, device, progress = 0, "cpu", False
+    images = np.zeros((30, 16, 16), np.uint8)
+    images[:, 4:12, 6:9] = 255
+    images[np.arange(30) % 2 == 0, 6:9, 2:14] = 255
+    cfg = L.LMConfig(encoder_epochs=1, glyph_weight=0.5)
+    x = L.with_encoder(feats, images, cfg, Ctx())
+    assert x.shape == (30, 5 + 64)
+    assert x[:, :5].var(0).sum() == pytest.approx(0.25, rel=1e-4)
+    assert x[:, 5:].var(0).sum() == pytest.approx(1.0, rel=1e-4)
