@@ -88,6 +88,12 @@ def test_an_epoch_sees_at_most_max_images(monkeypatch):
     assert seen == [10, 10, 10, 10, 20, 20, 8]
 
 
+def test_fewer_images_than_a_batch_of_eight_gives_the_untrained_features():
+    images, _ = two_hand_glyphs(per_form=1)                      # 6 images: no training step
+    out = train_encoder(images, EncoderConfig(epochs=2, strength=0.5), seed=0, device="cpu", progress=True)
+    assert out.shape == (6, 64) and np.isfinite(out).all()
+
+
 @pytest.mark.parametrize("clean, epochs, expect", [(True, 10, False), (False, 0, False), (False, 10, True)])
 def test_lm_trains_the_encoder_only_on_a_noisy_corpus(monkeypatch, tiny_corpus, clean, epochs, expect):
     corpus = tiny_corpus(n_types=3, per_type=6, n_texts=3, duplicates=40 if clean else 0,

@@ -79,6 +79,7 @@ def train_encoder(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device: str
 
     bar = epoch_bar(cfg.epochs, progress, "encoder")
     steps = -(-min(len(glyphs), cfg.max_images) // cfg.batch)
+    loss = None
     for _ in bar:
         for idx in shuffled_batches(len(glyphs), cfg.batch, gen, drop_last=False)[:steps]:
             if len(idx) < 8:                    # too few negatives (and BatchNorm) for a step
@@ -90,7 +91,8 @@ def train_encoder(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device: str
             opt.zero_grad()
             loss.backward()
             opt.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if loss is not None:                    # None: fewer than 8 images, nothing to train on
+            bar.set_postfix(loss=f"{loss.item():.3f}")
     feats = np.concatenate([embed(net, images_to_tensor(glyphs[a:a + cfg.max_images]), device=dev)
                             for a in range(0, len(glyphs), cfg.max_images)])
     return F.normalize(torch.from_numpy(feats), dim=1).numpy()
