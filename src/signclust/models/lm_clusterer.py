@@ -133,6 +133,12 @@ def as_float(blocks: list[np.ndarray]) -> list[np.ndarray]:
     return [blocks[0].astype(np.float32) / 255.0] + blocks[1:]
 
 
+def unit_variance(block: np.ndarray) -> np.ndarray:
+    """(m, d) -> the block scaled to unit total variance, so that blocks of different sizes and
+    units weigh alike when concatenated."""
+    return block / np.sqrt(max(float(block.var(0).sum()), 1e-12))
+
+
 def glyph_features(images: np.ndarray, cfg: LMConfig, seed: int, chunk: int = 20000,
                    pca_sample: int = 20000) -> np.ndarray:
     """uint8 (m, H, W) distinct images -> float32 (m, feature_dim): PCA of [glyph, skeleton],
@@ -148,7 +154,7 @@ def glyph_features(images: np.ndarray, cfg: LMConfig, seed: int, chunk: int = 20
     sample = np.random.default_rng(seed).permutation(m)[:pca_sample]
     if m <= chunk:
         blocks = as_float(glyph_blocks(images, cfg.skeleton))
-        x = np.concatenate([b / np.sqrt(max(float(b.var(0).sum()), 1e-12)) for b in blocks], axis=1)
+        x = np.concatenate([unit_variance(b) for b in blocks], axis=1)
         dim = int(min(cfg.feature_dim, m - 1, x.shape[1]))
         if dim < 1:
             return np.zeros((m, 1), dtype=np.float32)
@@ -179,8 +185,7 @@ def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitC
     from signclust.models.visual_encoder import EncoderConfig, train_encoder
     enc = train_encoder(normalize_glyphs(images), EncoderConfig(cfg.encoder_epochs, cfg.encoder_strength),
                         ctx.seed, ctx.device, ctx.progress)
-    unit = lambda b: b / np.sqrt(max(float(b.var(0).sum()), 1e-12))  # noqa: E731
-    return np.concatenate([cfg.glyph_weight * unit(feats), unit(enc)], axis=1).astype(np.float32)
+    return np.concatenate([cfg.glyph_weight * unit_variance(feats), unit_variance(enc)], axis=1).astype(np.float32)
 
 
 def text_centre(x: np.ndarray, text_index: np.ndarray, kappa: float) -> np.ndarray:
@@ -479,10 +484,11 @@ class LMSignClusterer(Clusterer):
         text_index = np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1]
         image_index = corpus.image_index()
         # visual side: features per distinct image, then per token with the hand removed
-        clean = len(corpus.images) <= cfg.clean_share * corpus.n_tokens
-        feats = glyph_features(np.asarray(corpus.images), cfg, ctx.seed)
+        images = np.asarray(corpus.images)                                                 # distinct images
+        clean = len(images) <= cfg.clean_share * corpus.n_tokens
+        feats = glyph_features(images, cfg, ctx.seed)
         if not clean and cfg.encoder_epochs:
-            feats = with_encoder(feats, np.asarray(corpus.images), cfg, ctx)
+            feats = with_encoder(feats, images, cfg, ctx)
         x = text_centre(feats[image_index], text_index, cfg.text_centring)                  # (n, D)
         pair = None if clean else corpus_pair_model(x, texts, cfg.pair_ratio, ctx.seed)
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
@@ -566,4 +572,4 @@ class LMSignClusterer(Clusterer):
         u, s, _ = np.linalg.svd(prof - prof.mean(0), full_matrices=False)
         ctx = (u[:, :dims] * s[:dims])[z]
         blocks = [x, ctx]
-        return np.concatenate([b / np.sqrt(max(float(b.var(0).sum()), 1e-12)) for b in blocks], axis=1).astype(np.float32)
+        return np.concatenate([unit_variance(b) for b in blocks], axis=1).astype(np.float32)
