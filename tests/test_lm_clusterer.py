@@ -458,6 +458,26 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
     assert logged == [(record, 1)]
 
 
+def test_merge_gain_without_the_pair_evidence_is_finite(monkeypatch):
+    """w_hom = 0 (the ablation's no_pair): a pair without a link keeps the rank prior, a linked pair
+    gets max(prior, -link_c0); before, 0 x log-odds(inf) made the gain of unlinked pairs NaN."""
+    x = _line(0.0, 0.3, 1.0, 1.2, 3.0, 3.1, 5.0, 5.6, 8.0, 8.2, 8.9, 9.3)
+    z = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4, 4, 5])
+    texts = [np.arange(0, 4), np.arange(4, 8), np.arange(8, 12)]
+    i, j = np.triu_indices(12, 1)
+    d = np.abs(x[i, 0] - x[j, 0])
+    edges = (i[d < 1.5], j[d < 1.5], d[d < 1.5])                 # types 1 and 2 have no link
+    seen, *_ = _merge_round(monkeypatch, z, x, texts, L.PairModel(3.0, 1.5, 10), edges, None, batch=0.5,
+                            candidates=2, max_rounds=1, w_hom=0.0, w_lm=0.0, w_dup=1.0, rank_c0=1.7, link_c0=0.6)
+    (u, v, gain, _), = seen
+    linked = {(int(z[a]), int(z[b])) for a, b in zip(*edges[:2]) if z[a] != z[b]}
+    assert np.isfinite(gain).all()
+    for a, b, g in zip(u, v, gain):
+        prior = -1.7 - math.log(_visual_rank(x, z, a, b))
+        assert g == pytest.approx(max(prior, -0.6) if (a, b) in linked else prior), (a, b)
+    assert any((a, b) not in linked for a, b in zip(u, v)) and any((a, b) in linked for a, b in zip(u, v))
+
+
 def test_merge_clean_corpus_gain_context_partners_and_match_bonus(monkeypatch):
     """No pair model: candidates are each type's visual and context nearest; a mutual match whose
     ratio is below match_ratio (strictly) earns match_bonus on top of the rank prior."""

@@ -72,10 +72,42 @@ def test_the_encoder_is_deterministic_unit_norm_and_sees_past_the_pen():
     a = train_encoder(images, cfg, seed=0, device="cpu")
     assert a.shape == (len(images), cfg.dim)
     assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
-    assert np.array_equal(a, train_encoder(images, cfg, seed=0, device="cpu"))
+    assert np.array_equal(a, train_encoder(images, cfg, seed=0, device="cpu", cache=False))
     pixels = images.reshape(len(images), -1).astype(np.float64)
     # measured: pixels 0.57, the encoder 0.94
     assert nearest_other_form_accuracy(pixels, signs, forms) < 0.7 < 0.85 < nearest_other_form_accuracy(a, signs, forms)
+
+
+def test_the_same_glyphs_config_and_seed_reuse_the_trained_encoder(monkeypatch):
+    import torch
+
+    import signclust.models.visual_encoder as E
+    monkeypatch.setattr(E, "_CACHE", type(E._CACHE)())
+    images, _ = two_hand_glyphs(per_form=4)                      # 24 images
+    cfg = EncoderConfig(epochs=1, strength=0.5, batch=12)
+    trained, real = [], E._train
+    monkeypatch.setattr(E, "_train", lambda *a: trained.append(a[2]) or real(*a))
+
+    def after(*args, **kw):      # the features, then what the global generators draw next
+        out = train_encoder(*args, device="cpu", **kw)
+        return out, torch.rand(3), np.random.rand(3)
+
+    first = after(images, cfg, seed=0)
+    first[0][:] = 0                                              # the caller's copy, not the cache's
+    again = after(images, cfg, seed=0)
+    assert trained == [0]                                        # the second call did not train
+    uncached = after(images, cfg, seed=0, cache=False)
+    assert trained == [0, 0]
+    assert np.array_equal(again[0], uncached[0]) and np.abs(again[0]).sum() > 0
+    # a hit leaves the global generators where the training left them
+    assert torch.equal(again[1], uncached[1]) and np.array_equal(again[2], uncached[2])
+    after(images, cfg, seed=1)
+    after(images, EncoderConfig(epochs=1, strength=0.25, batch=12), seed=0)
+    after(images[:-1], cfg, seed=0)
+    assert trained == [0, 0, 1, 0, 0]                            # seed, config or glyphs changed: trained
+    assert len(E._CACHE) == 4
+    after(images, cfg, seed=2)
+    assert len(E._CACHE) == E.CACHE_SIZE == 4                    # the oldest entry went
 
 
 def test_an_epoch_sees_at_most_max_images(monkeypatch):

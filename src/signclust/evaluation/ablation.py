@@ -230,7 +230,9 @@ def markdown(doc: dict) -> str:
              f"{doc['n_tokens']} tokens, {doc['k_true']} gold types; seeds {', '.join(map(str, seeds))}; "
              f"epochs {doc['epochs'] if doc['epochs'] is not None else 'as configured'}. "
              f"Mean ± std over seeds; Δ V against `{doc['reference']}`. "
-             "Written by `python -m signclust.evaluation.ablation`.", ""]
+             "`s / fit`: wall time of one fit, all in one process, so a variant that leaves the contrastive "
+             "encoder's glyphs, settings and seed alone reuses the encoder the first fit trained "
+             "(models/visual_encoder.py). Written by `python -m signclust.evaluation.ablation`.", ""]
     header = ["variant"] + [h for _, h, _ in COLUMNS] + ["Δ V", "changed parameters"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 2) + ["---"]) + "|")

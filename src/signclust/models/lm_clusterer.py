@@ -538,8 +538,10 @@ class LMSignClusterer(Clusterer):
             else:
                 same_hand = np.asarray(within_text_evidence(x, z, k, texts, pair)[u, v]).ravel()
                 link = np.asarray(nearest_link(self.edges, z, k)[u, v]).ravel()
-                d_min = np.where(link > 0, 1.0 / np.maximum(link, 1e-12) - 1.0, np.inf)
-                visual = np.maximum(visual, cfg.w_hom * pair.log_odds(d_min) - cfg.link_c0) + cfg.w_hom * same_hand
+                d_min = 1.0 / np.maximum(link, 1e-12) - 1.0
+                # no link between two types: no link evidence (-inf, not w_hom x -inf: NaN at w_hom 0)
+                by_link = np.where(link > 0, cfg.w_hom * pair.log_odds(d_min) - cfg.link_c0, -np.inf)
+                visual = np.maximum(visual, by_link) + cfg.w_hom * same_hand
             d_lm = lm_gain(left, right, alpha, u, v)
             if coarse is not None:
                 # a sign split by hand: its fragments avoid each other's texts, and their neighbours

@@ -14,7 +14,10 @@ encoder's feature (before the projection head, as SimCLR evaluates it), L2-norma
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import random
+from collections import OrderedDict
+from dataclasses import astuple, dataclass
 
 import numpy as np
 import torch
@@ -59,14 +62,58 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
     return F.cross_entropy(sim, twin)
 
 
+# Fits that differ only in what the encoder does not see (the ablation's variants, an Optuna
+# study's trials) would train the same encoder again: the last few results are kept in this
+# process, keyed on the glyph bytes, the config, the seed and the device, together with the
+# global RNG states the training left behind, so that a hit leaves the process as a training would.
+_CACHE: OrderedDict[str, tuple[np.ndarray, tuple]] = OrderedDict()
+CACHE_SIZE = 4
+
+
+def _rng_states() -> tuple:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
+
+
+def _set_rng_states(states: tuple) -> None:
+    py, np_state, torch_state, cuda = states
+    random.setstate(py)
+    np.random.set_state(np_state)
+    torch.set_rng_state(torch_state)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def cache_key(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device) -> str:
+    h = hashlib.sha1(np.ascontiguousarray(glyphs).tobytes())
+    h.update(repr((glyphs.shape, str(glyphs.dtype), astuple(cfg), seed, str(device))).encode())
+    return h.hexdigest()
+
+
 def train_encoder(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device: str = "auto",
-                  progress: bool = False) -> np.ndarray:
+                  progress: bool = False, cache: bool = True) -> np.ndarray:
     """uint8 (m, H, W) normalised glyphs -> float32 (m, cfg.dim) L2-normalised features.
     Every random draw comes from one CPU generator seeded with ``seed``. Images become float
-    tensors a batch at a time (100k glyphs would be 0.9 GB as one tensor)."""
+    tensors a batch at a time (100k glyphs would be 0.9 GB as one tensor). With ``cache``, the
+    same glyphs, config, seed and device return (a copy of) the features trained before."""
+    dev = torch_device(device)
+    key = cache_key(glyphs, cfg, seed, dev) if cache else None
+    if key in _CACHE:
+        feats, states = _CACHE[key]
+        _CACHE.move_to_end(key)
+        _set_rng_states(states)
+        return feats.copy()
+    feats = _train(glyphs, cfg, seed, dev, progress)
+    if key is not None:
+        _CACHE[key] = (feats.copy(), _rng_states())
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return feats
+
+
+def _train(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, dev, progress: bool) -> np.ndarray:
     seed_everything(seed)
     gen = torch.Generator().manual_seed(seed)
-    dev = torch_device(device)
     net = GlyphCNN(image_size=glyphs.shape[-1], feat_dim=cfg.dim, width=cfg.width, n_blocks=3, pool=2).to(dev)
     head = mlp(cfg.dim, 128, 64).to(dev)
     opt = torch.optim.Adam(list(net.parameters()) + list(head.parameters()), lr=cfg.lr)
