@@ -15,7 +15,6 @@ encoder's feature (before the projection head, as SimCLR evaluates it), L2-norma
 from __future__ import annotations
 
 import hashlib
-import random
 from collections import OrderedDict
 from dataclasses import astuple, dataclass
 
@@ -26,6 +25,7 @@ import torch.nn.functional as F
 from signclust.config import seed_everything, torch_device
 from signclust.models.baselines._nets import (GlyphAugment, GlyphCNN, embed, epoch_bar, images_to_tensor, mlp,
                                               shuffled_batches)
+from signclust.models.checkpoint import capture_rng, restore_rng
 
 
 @dataclass
@@ -66,22 +66,8 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
 # study's trials) would train the same encoder again: the last few results are kept in this
 # process, keyed on the glyph bytes, the config, the seed and the device, together with the
 # global RNG states the training left behind, so that a hit leaves the process as a training would.
-_CACHE: OrderedDict[str, tuple[np.ndarray, tuple]] = OrderedDict()
+_CACHE: OrderedDict[str, tuple[np.ndarray, dict]] = OrderedDict()
 CACHE_SIZE = 4
-
-
-def _rng_states() -> tuple:
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
-
-
-def _set_rng_states(states: tuple) -> None:
-    py, np_state, torch_state, cuda = states
-    random.setstate(py)
-    np.random.set_state(np_state)
-    torch.set_rng_state(torch_state)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
 
 
 def cache_key(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device) -> str:
@@ -101,11 +87,11 @@ def train_encoder(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device: str
     if key in _CACHE:
         feats, states = _CACHE[key]
         _CACHE.move_to_end(key)
-        _set_rng_states(states)
+        restore_rng(states)
         return feats.copy()
     feats = _train(glyphs, cfg, seed, dev, progress)
     if key is not None:
-        _CACHE[key] = (feats.copy(), _rng_states())
+        _CACHE[key] = (feats.copy(), capture_rng())
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
     return feats
