@@ -146,6 +146,34 @@ def test_code_version_follows_the_source(monkeypatch, tmp_path):
     ck.code_version.cache_clear()
 
 
+@pytest.mark.parametrize("edited", ["visual_encoder.py", "_nets.py", "glyphs.py"])
+def test_code_version_follows_modules_imported_inside_functions(monkeypatch, edited):
+    # lm_clusterer imports the encoder (and, through it, _nets) inside fit: an edit there must
+    # still make an lm checkpoint (and the ablation's per-fit cache) stale
+    from signclust.models.lm_clusterer import LMSignClusterer
+    ck.code_version.cache_clear()
+    a = ck.code_version(LMSignClusterer)
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: real(self) + (b"#" if self.name == edited else b""))
+    ck.code_version.cache_clear()
+    assert ck.code_version(LMSignClusterer) != a
+    monkeypatch.undo()
+    ck.code_version.cache_clear()
+    assert ck.code_version(LMSignClusterer) == a
+
+
+def test_code_version_ignores_other_methods_files(monkeypatch):
+    from signclust.models.lm_clusterer import LMSignClusterer
+    ck.code_version.cache_clear()
+    a = ck.code_version(LMSignClusterer)
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: real(self) + (b"#" if self.name == "jule.py" else b""))
+    ck.code_version.cache_clear()
+    assert ck.code_version(LMSignClusterer) == a
+    monkeypatch.undo()
+    ck.code_version.cache_clear()
+
+
 def test_unreadable_or_foreign_checkpoint_is_ignored(corpus, tmp_path, capsys):
     ckpt_dir = tmp_path / "ckpt"
     ckpt_dir.mkdir()

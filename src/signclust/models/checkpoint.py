@@ -24,9 +24,9 @@ What is guaranteed:
   images' bytes (and shape, dtype), the token order (text_id, position, image_index of every
   row), the resolved parameters, the seed, K (when given) and the device type, and the code
   version: the source files of the method's class, its base classes and every signclust module
-  its module imports from, plus the torch and numpy versions. A checkpoint whose key differs,
-  or that cannot be read, is ignored with one line on stderr saying why, and overwritten by the
-  fit's first save.
+  they import (the closure, imports inside functions included), plus the torch and numpy
+  versions. A checkpoint whose key differs, or that cannot be read, is ignored with one line on
+  stderr saying why, and overwritten by the fit's first save.
 - **Where.** ``ctx.checkpoint_dir`` (one folder per fit; the train stage passes
   ``<out>/.checkpoints/<run>/<corpus>/seed<k>``): ``checkpoint.pt`` and ``lock``. Nothing is
   written without a checkpoint_dir (the Python API, tune trials, paper checks, ablation).
@@ -98,20 +98,44 @@ def tokens_hash(corpus) -> str:
                 np.ascontiguousarray(t["image_index"].to_numpy(dtype=np.int64)).tobytes())
 
 
+def signclust_imports(path: str) -> set[str]:
+    """The files of the signclust modules a source file imports, wherever the import stands: at
+    module level or inside a function (``lm_clusterer`` imports the encoder inside ``fit``)."""
+    import ast
+    import importlib.util
+    names = set()
+    for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)   # ``from pkg import module``
+    files = set()
+    for name in names:
+        if name.split(".")[0] != "signclust":
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):            # ``from signclust.x import function``: not a module
+            continue
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            files.add(spec.origin)
+    return files
+
+
 @functools.lru_cache(maxsize=None)
 def code_version(cls) -> str:
     """sha256 of the source files a method's behaviour comes from: the modules of its class and
-    base classes, and every signclust module its own module imports from; plus torch and numpy
-    versions."""
-    files = set()
-    for klass in inspect.getmro(cls):
-        mod = sys.modules.get(klass.__module__)
-        if klass.__module__.startswith("signclust.") and getattr(mod, "__file__", None):
-            files.add(mod.__file__)
-    for value in vars(sys.modules[cls.__module__]).values():
-        mod = value if inspect.ismodule(value) else sys.modules.get(getattr(value, "__module__", None) or "")
-        if mod is not None and mod.__name__.startswith("signclust.") and getattr(mod, "__file__", None):
-            files.add(mod.__file__)
+    base classes and every signclust module they import, directly or through each other, at
+    module level or inside a function; plus torch and numpy versions."""
+    todo = [sys.modules[k.__module__].__file__ for k in inspect.getmro(cls)
+            if k.__module__.startswith("signclust.") and getattr(sys.modules.get(k.__module__), "__file__", None)]
+    files: set[str] = set()
+    while todo:                                      # the import closure within signclust
+        f = todo.pop()
+        if f not in files:
+            files.add(f)
+            todo.extend(signclust_imports(f) - files)
     import torch
     h = hashlib.sha256(f"torch {torch.__version__} numpy {np.__version__}".encode())
     for f in sorted(files):
