@@ -102,7 +102,7 @@ def main() -> None:
         print(f"condensed n x n   average linkage holds n(n-1)/2 float64 distances: {n * (n - 1) * 4 / 1e9:.1f} GB "
               f"(k-means above max_linkage_tokens = {model.params['max_linkage_tokens']})")
     else:
-        print(f"n x n             not allocated: k-means micro-clusters above max_linkage_tokens")
+        print("n x n             not allocated: k-means micro-clusters above max_linkage_tokens")
     print(f"K found           {result.k_found}")
     sys.stdout.flush()
 

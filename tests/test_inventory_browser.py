@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from _cdp import Browser, find_browser
-from signclust.data.corpus import Corpus
 from signclust.reports import inventory
 
 BROWSER = find_browser()

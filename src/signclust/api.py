@@ -35,7 +35,6 @@ that can be computed for new images:
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
