@@ -212,6 +212,12 @@ def test_context_alone_merges_variants_in_free_variation():
     assert blind.k_found == 6 and v_measure_score(gold, blind.labels) < 0.8
 
 
+def test_refits_on_a_clean_corpus_leave_the_result_alone():
+    # a clean corpus has no pair model, so there is nothing to refit (before: an AttributeError)
+    corpus = free_variation_corpus(n_texts=20)
+    assert np.array_equal(fit(corpus, refits=1).labels, fit(corpus).labels)
+
+
 def test_ink_and_size_of_the_images_do_not_change_the_result(tiny_corpus):
     corpus = tiny_corpus(n_types=4, per_type=8, n_texts=4)
     faint = Corpus(corpus.tokens.copy(), (corpus.images * 0.6).astype(np.uint8), dict(corpus.meta))
@@ -324,6 +330,43 @@ def test_fit_pair_model_subsample_is_seeded():
     texts = [np.arange(205)]
     a, b = L.fit_pair_model(x, texts, 1.0, seed=3), L.fit_pair_model(x, texts, 1.0, seed=3)
     assert a is not None and (a.a, a.b) == (b.a, b.b)
+
+
+def test_refit_pair_model_learns_from_within_text_pairs_only():
+    # 8 texts, each in its own hand: the hand shifts every token of the text by 4.0 along one axis,
+    # so two copies of a sign in different texts lie ~4 apart, in one text ~0.1 apart, and two
+    # different signs in one text ~3 or more apart. Types found = the signs.
+    rng = np.random.default_rng(6)
+    signs = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0], [3.0, 3.0]])
+    x, z, texts = [], [], []
+    for t in range(8):
+        s = rng.permutation(np.repeat(np.arange(4), 3))                 # each sign 3 times
+        x.append(signs[s] + [4.0 * t, 0.0] + rng.normal(scale=0.05, size=(12, 2)))
+        z.append(s)
+        texts.append(np.arange(12 * t, 12 * t + 12))
+    x, z = np.concatenate(x), np.concatenate(z)
+    pair = L.refit_pair_model(x, z, texts, seed=0)
+    assert pair is not None and pair.n_positive == 8 * 4 * 3            # 3 same-sign pairs per sign and text
+    # same sign in one hand (~0.1) is a match; two signs of one hand (3) are not. Pairs across
+    # hands never enter: had they, the sign's positives would reach 28 apart and the fit would call
+    # 3.0 a match (the across-text refit did exactly that and lumped).
+    assert pair.log_odds(np.array([0.1]))[0] > 0 > pair.log_odds(np.array([3.0]))[0]
+    assert 0.1 < pair.even_odds < 3.0
+    # a balanced logistic fit of exactly those within-text distances
+    from scipy.spatial.distance import pdist
+    from sklearn.linear_model import LogisticRegression
+    pos, neg = [], []
+    for t in texts:
+        iu = np.triu_indices(len(t), 1)
+        same = z[t][iu[0]] == z[t][iu[1]]
+        d = pdist(x[t])
+        pos.append(d[same]), neg.append(d[~same])
+    pos, neg = np.concatenate(pos), np.concatenate(neg)
+    ref = LogisticRegression(class_weight="balanced").fit(np.r_[pos, neg][:, None],
+                                                          np.r_[np.ones(len(pos)), np.zeros(len(neg))])
+    assert pair.a == pytest.approx(ref.intercept_[0], rel=1e-4)
+    assert pair.b == pytest.approx(-ref.coef_[0, 0], rel=1e-4)
+    assert L.refit_pair_model(x, np.arange(len(x)), texts, seed=0) is None   # no type recurs in a text
 
 
 def test_candidate_pairs_visual_and_context_partners_by_hand():

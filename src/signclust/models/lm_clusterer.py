@@ -115,7 +115,8 @@ class LMConfig:
     candidates: int = config_field(10, int, min=1, doc="partners per type (visual and context neighbours)")
     batch: float = config_field(0.05, float, gt=0, max=1, doc="at most this share of the types merges per round")
     max_rounds: int = config_field(1000, int, min=0, doc="merge rounds (0: the micro-clusters alone)")
-    refits: int = config_field(0, int, min=0, doc="refit the pair model on the types found, then merge again")
+    refits: int = config_field(0, int, min=0, doc="refit the pair model on within-text pairs of the types found, "
+                               "then merge again (opt-in: fewer types, mixed V; README 'Method')")
 
 
 # --------------------------------------------------------------------------- visual side
@@ -256,31 +257,36 @@ def fit_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed: i
     return PairModel(float(lr.intercept_[0]), b, len(pos))
 
 
-def refit_pair_model(x: np.ndarray, z: np.ndarray, seed: int, n_pairs: int = 20000) -> PairModel | None:
-    """The pair model again, now with the types found as supervision: pairs of tokens within a
-    type (any texts: across hands) against pairs from different types."""
+def refit_pair_model(x: np.ndarray, z: np.ndarray, texts: list[np.ndarray], seed: int,
+                     n_pairs: int = 20000) -> PairModel | None:
+    """The pair model again, with the types found as supervision and the same-hand guarantee kept:
+    within each text, pairs of tokens of one type (positives) against pairs of different types.
+    Pairs across texts would teach the model that two hands' variants of a sign are far apart,
+    and the merge pass that follows would lump (the across-text refit did: greek_hands K 57 -> 21)."""
+    from scipy.spatial.distance import pdist
     from sklearn.linear_model import LogisticRegression
-    rng = np.random.default_rng(seed)
-    order = np.argsort(z, kind="stable")
-    size = np.bincount(z)
-    start = np.r_[0, np.cumsum(size)[:-1]]
-    i = rng.integers(len(z), size=n_pairs)
-    ok = size[z[i]] > 1
-    i = i[ok]
-    j = order[start[z[i]] + rng.integers(size[z[i]])]
-    keep = i != j
-    pos = np.linalg.norm(x[i[keep]] - x[j[keep]], axis=1)
-    a, b = rng.integers(len(z), size=(2, n_pairs))
-    diff = z[a] != z[b]
-    neg = np.linalg.norm(x[a[diff]] - x[b[diff]], axis=1)
-    if len(pos) < 20 or len(neg) < 20:
+    pos, neg = [], []
+    for t in texts:
+        if len(t) < 2:
+            continue
+        iu = np.triu_indices(len(t), 1)
+        same = z[t][iu[0]] == z[t][iu[1]]
+        d = pdist(x[t])                                             # (len(t) choose 2,), triu order
+        pos.append(d[same])
+        neg.append(d[~same])
+    if not pos:
         return None
+    pos, neg = np.concatenate(pos), np.concatenate(neg)
+    if len(pos) < 20 or len(neg) < 20 or np.ptp(np.r_[pos, neg]) == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    pos, neg = pos[rng.permutation(len(pos))[:n_pairs]], neg[rng.permutation(len(neg))[:n_pairs]]
     d = np.r_[pos, neg][:, None]
     y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
     w = np.r_[np.full(len(pos), 0.5 / len(pos)), np.full(len(neg), 0.5 / len(neg))] * len(y)
     lr = LogisticRegression().fit(d, y, sample_weight=w)
-    b_ = -float(lr.coef_[0, 0])
-    return PairModel(float(lr.intercept_[0]), b_, len(pos)) if b_ > 0 else None
+    b = -float(lr.coef_[0, 0])
+    return PairModel(float(lr.intercept_[0]), b, len(pos)) if b > 0 else None
 
 
 def corpus_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed: int,
@@ -503,9 +509,9 @@ class LMSignClusterer(Clusterer):
             coarse = coarse_symbols(x, cfg.coarse_contexts, cfg.max_linkage_tokens, ctx.seed)
         setup_s = time.time() - t0
         history = []
-        for refit in range(cfg.refits + 1):
+        for refit in range(cfg.refits + 1 if pair is not None else 1):    # no pair model: nothing to refit
             if refit:
-                new = refit_pair_model(x, np.unique(z, return_inverse=True)[1], ctx.seed)
+                new = refit_pair_model(x, np.unique(z, return_inverse=True)[1], texts, ctx.seed)
                 if new is None:
                     break
                 pair = new
