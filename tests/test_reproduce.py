@@ -20,8 +20,9 @@ import shutil
 
 import pytest
 
-from signclust.config import REPO_ROOT, load_params
+from signclust.config import REPO_ROOT, load_params, numeric_platform
 from signclust.errors import UserError
+from signclust.io import write_json
 from signclust.reports import reproduce as rp
 
 pytestmark = pytest.mark.slow
@@ -120,6 +121,10 @@ def test_table_part_against_committed_files_made_here(tmp_path):
     assert all("no committed" in v["note"] for v in first["verdicts"])
     committed = tmp_path / "committed"
     shutil.copytree(tmp_path / "first" / "metrics", committed / "metrics")
+    with rp.torch_threads(CFG.get("threads")):        # as the train stage records it, on this machine
+        here = numeric_platform()
+    for run in ("ward_pixels", "kmeans"):
+        write_json(committed / "timings" / f"{run}_akkadian.json", {"platform": here})
     again = rp.reproduce(params, tmp_path / "again", ("table",), committed=committed)
     assert again["failed"] == 0 and len(again["verdicts"]) == n
     assert {(v["what"], v["note"]) for v in again["verdicts"]} == {
@@ -132,6 +137,24 @@ def test_table_part_against_committed_files_made_here(tmp_path):
     third = rp.reproduce(params, tmp_path / "third", ("table",), committed=committed)
     assert [(v["what"], v["note"]) for v in third["verdicts"] if not v["ok"]] == [
         ("kmeans on akkadian: ari", "seed 1 vs committed seed 1")]
+    # committed on another CPU: the moved figure is within reproduce.cross_cpu, and says so; a
+    # figure moved beyond it fails; K found is held to a share of the committed K
+    write_json(committed / "timings" / "kmeans_akkadian.json", {"platform": {**here, "cpu": {"model": "other"}}})
+    other = rp.reproduce(params, tmp_path / "other", ("table",), committed=committed)
+    assert other["failed"] == 0
+    moved = [v for v in other["verdicts"] if v["what"] == "kmeans on akkadian: ari" and "seed 1" in v["note"]]
+    assert moved[0]["note"].endswith("committed on another CPU: held to reproduce.cross_cpu")
+    assert moved[0]["tolerance"] == params["reproduce"]["cross_cpu"]["ari"]
+    moved_once = path.read_text()
+    doc["per_seed"]["seed1"]["ari"] += 2 * params["reproduce"]["cross_cpu"]["ari"]
+    doc["per_seed"]["seed0"]["k_found"] *= 1.5
+    path.write_text(json.dumps(doc))
+    beyond = rp.reproduce(params, tmp_path / "beyond", ("table",), committed=committed)
+    assert sorted((v["what"], v["note"]) for v in beyond["verdicts"] if not v["ok"]) == [
+        ("kmeans on akkadian: ari", "seed 1 vs committed seed 1; committed on another CPU: held to reproduce.cross_cpu"),
+        ("kmeans on akkadian: k_found", "seed 0 vs committed seed 0; committed on another CPU: held to reproduce.cross_cpu")]
+    path.write_text(moved_once)
+    write_json(committed / "timings" / "kmeans_akkadian.json", {"platform": here})
     # a slow row compared at the first seed only: its seed-1 verdicts (and the moved figure) go
     params["reproduce"]["first_seed_only"] = {"akkadian": ["kmeans"]}
     fourth = rp.reproduce(params, tmp_path / "fourth", ("table",), committed=committed)

@@ -1,6 +1,7 @@
 """params.yaml access: each stage reads its own section (a method's layers: models/train.py run_config)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import random
@@ -105,6 +106,28 @@ def seed_everything(seed: int) -> None:
         torch.manual_seed(seed)
     except ImportError:  # pragma: no cover - torch is a hard requirement, but data stages need not import it
         pass
+
+
+def numeric_platform() -> dict:
+    """What a fit's exact floating-point figures depend on besides its seed: the CPU (torch, MKL,
+    oneDNN and OpenBLAS choose their kernels by its instruction set, and a network trained on
+    another CPU drifts apart), the vector width torch dispatches to, the torch thread count and the
+    library versions. Two machines with the same record give the same bytes; reports/timings/
+    keeps it beside each fit's wall time (never in a DVC output a later stage reads)."""
+    import platform
+
+    import torch
+    cpu = {"model name": platform.processor() or platform.machine()}
+    with contextlib.suppress(OSError):             # Linux: the first processor's block of /proc/cpuinfo
+        block = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+        lines = (line.split(":", 1) for line in block.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in lines}
+        cpu = {k: fields[k] for k in ("vendor_id", "cpu family", "model", "model name", "cache size") if k in fields}
+        # a virtual machine may call every CPU "Processor": the vector extensions tell them apart
+        cpu["vector extensions"] = " ".join(sorted(f for f in fields.get("flags", "").split()
+                                                   if f.startswith(("avx", "amx", "fma", "sse"))))
+    return {"cpu": cpu, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "numpy": np.__version__}
 
 
 def torch_device(requested: str = "auto"):

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from signclust import tracking
-from signclust.config import REPO_ROOT, deep_update, load_params
+from signclust.config import REPO_ROOT, deep_update, load_params, numeric_platform
 from signclust.data.corpus import Corpus
 from signclust.distances.provider import load_knn, open_distances
 from signclust.errors import UserError, cli_main
@@ -253,7 +253,7 @@ def train(run_name: str, corpus_name: str, seeds: list[int], params: dict, corpu
         summaries.append({"seed": seed, "k_found": result.k_found, "seconds": seconds, "resumed": resumed,
                           "mlflow_run_id": mlrun.run_id})
     write_json(timings_path(out_root, run_name, corpus_name),
-               {"run": run_name, "corpus": corpus_name, "per_seed": timings,
+               {"run": run_name, "corpus": corpus_name, "per_seed": timings, "platform": numeric_platform(),
                 "note": "wall time of each fit on the machine that ran it; resumed fits say so"})
     return summaries
 
