@@ -164,3 +164,29 @@ def test_table_part_against_committed_files_made_here(tmp_path):
     params["reproduce"]["first_seed_only"] = {"akkadian": ["ward"]}
     with pytest.raises(UserError, match="first_seed_only names rows that reproduce.rows lacks: ward on akkadian"):
         rp.reproduce(params, tmp_path / "fifth", ("table",), committed=committed)
+
+
+def test_paper_verdicts_hold_another_cpus_figure_to_the_cross_cpu_tolerance(tmp_path):
+    """A paper-check figure 0.04 from the committed one: fails on the committing CPU (tolerance 0.02),
+    holds where the committed platform record differs or is absent (reproduce.cross_cpu.paper 0.06),
+    and fails there when it is 0.07 away."""
+    here = {"cpu": {"model": "this"}, "torch_threads": 2}
+    row = {"method": "deepcluster", "dataset": "mnist_test", "metric": "nmi", "n": 3000,
+           "ci_reduced": False, "setting": "", "paper": None, "source": ""}
+    committed = tmp_path / "paper_check.json"
+    cfg = {"cross_cpu": {"paper": 0.06}}
+
+    def verdict(ours, platform):
+        doc = {"scale": "full", "rows": [{**row, "ours": 0.79}]}
+        if platform is not None:
+            doc["platform"] = platform
+        committed.write_text(json.dumps(doc))
+        (v,) = rp.paper_verdicts([{**row, "ours": ours, "ci_tolerance": 0.02}], committed, cfg, here)
+        return v["ok"], v["tolerance"], v["note"]
+
+    assert verdict(0.75, here) == (False, 0.02, "same setting")
+    assert verdict(0.75, {**here, "cpu": {"model": "other"}}) == (
+        True, 0.06, "same setting; committed on another CPU: held to reproduce.cross_cpu")
+    assert verdict(0.75, None)[:2] == (True, 0.06)
+    assert verdict(0.72, None)[:2] == (False, 0.06)
+    assert verdict(0.785, None) == (True, 0.02, "same setting")
