@@ -141,3 +141,13 @@ def test_train_logs_every_resolved_parameter_to_mlflow(tiny_corpus, saved_corpus
           ckpt_root=None, progress=False)
     assert set(get_class("kmeans").PARAMS) <= set(logged)
     assert logged["n_init"] == 2 and logged["n_iter"] == get_class("kmeans").DEFAULTS["n_iter"]
+
+
+def test_paper_check_other_seeds_need_their_own_out(capsys):
+    # other seeds are another study: never written over the committed reports/paper_check.md
+    from signclust.reports.paper_check import main as paper_check_main
+    with pytest.raises(SystemExit) as exit_:
+        paper_check_main(["--only", "kmeans", "--seeds", "0", "1"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == ("error: --seeds makes another study than the committed paper check: "
+                                       "give it its own --out\n")
