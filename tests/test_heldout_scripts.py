@@ -32,3 +32,20 @@ def test_a_scored_script_is_refused(capsys):
         heldout.main(["--scripts", "latin", "armenian"])
     assert exc.value.code != 0
     assert "latin: part of the scored suite (prepare.suite.scripts), not held out" in capsys.readouterr().err
+
+
+def test_changes_are_read_as_yaml_named_in_the_table_and_need_their_own_out(capsys):
+    assert heldout.parse_changes(["refits=1", "w_lm=0.5", "skeleton=false"]) == {
+        "refits": 1, "w_lm": 0.5, "skeleton": False}
+    table = {"x_free": {"k_true": 50, "lm": [(0.98, 50, 1.0)], "ward_pixels": [(0.90, 50, 0.1)],
+                        "ward_glyphs": [(0.91, 50, 0.1)]}}
+    assert "`lm` changed by `refits: 1`." in heldout.markdown(table, [0], ["x"], TARGETS, {"refits": 1})
+    for argv, message in ((["--set", "refits=1"], "--set makes another study than reports/heldout_scripts.md: "
+                                                  "give it its own --out"),
+                          (["--set", "refits"], "--set 'refits': expected KEY=VALUE, e.g. --set refits=1"),
+                          (["--set", "refits=-1", "--out", "x.md"], "refits")):
+        with pytest.raises(SystemExit) as exc:
+            heldout.main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1
