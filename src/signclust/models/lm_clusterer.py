@@ -116,7 +116,7 @@ class LMConfig:
     batch: float = config_field(0.05, float, gt=0, max=1, doc="at most this share of the types merges per round")
     max_rounds: int = config_field(1000, int, min=0, doc="merge rounds (0: the micro-clusters alone)")
     refits: int = config_field(0, int, min=0, doc="refit the pair model on within-text pairs of the types found, "
-                               "then merge again (opt-in: fewer types, mixed V; README 'Method')")
+                               "then merge again (opt-in: fewer types, mixed V; README 'Methods')")
 
 
 # --------------------------------------------------------------------------- visual side
