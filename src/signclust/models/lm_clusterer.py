@@ -241,20 +241,23 @@ def confident_pairs(x: np.ndarray, texts: list[np.ndarray], ratio: float) -> tup
 def fit_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed: int) -> PairModel | None:
     """Balanced logistic fit of positives against the within-text background; None when the
     corpus has too few texts of 3+ tokens, or no distance spread to learn from."""
-    from sklearn.linear_model import LogisticRegression
     pos, background = confident_pairs(x, texts, ratio)
     if len(pos) < 5 or len(background) < 20 or np.ptp(np.r_[pos, background]) == 0:
         return None
     rng = np.random.default_rng(seed)
-    background = background[rng.permutation(len(background))[:20000]]
-    d = np.r_[pos, background][:, None]
-    y = np.r_[np.ones(len(pos)), np.zeros(len(background))]
-    w = np.r_[np.full(len(pos), 0.5 / len(pos)), np.full(len(background), 0.5 / len(background))] * len(y)
+    return balanced_pair_fit(pos, background[rng.permutation(len(background))[:20000]])
+
+
+def balanced_pair_fit(pos: np.ndarray, neg: np.ndarray) -> PairModel | None:
+    """Logistic fit of same-sign distances ``pos`` against ``neg``, the two classes weighted
+    equally; None when distance does not lower the odds (b <= 0)."""
+    from sklearn.linear_model import LogisticRegression
+    d = np.r_[pos, neg][:, None]
+    y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+    w = np.r_[np.full(len(pos), 0.5 / len(pos)), np.full(len(neg), 0.5 / len(neg))] * len(y)
     lr = LogisticRegression().fit(d, y, sample_weight=w)
     b = -float(lr.coef_[0, 0])
-    if b <= 0:
-        return None
-    return PairModel(float(lr.intercept_[0]), b, len(pos))
+    return PairModel(float(lr.intercept_[0]), b, len(pos)) if b > 0 else None
 
 
 def refit_pair_model(x: np.ndarray, z: np.ndarray, texts: list[np.ndarray], seed: int,
@@ -264,7 +267,6 @@ def refit_pair_model(x: np.ndarray, z: np.ndarray, texts: list[np.ndarray], seed
     Pairs across texts would teach the model that two hands' variants of a sign are far apart,
     and the merge pass that follows would lump (the across-text refit did: greek_hands K 57 -> 21)."""
     from scipy.spatial.distance import pdist
-    from sklearn.linear_model import LogisticRegression
     pos, neg = [], []
     for t in texts:
         if len(t) < 2:
@@ -280,13 +282,7 @@ def refit_pair_model(x: np.ndarray, z: np.ndarray, texts: list[np.ndarray], seed
     if len(pos) < 20 or len(neg) < 20 or np.ptp(np.r_[pos, neg]) == 0:
         return None
     rng = np.random.default_rng(seed)
-    pos, neg = pos[rng.permutation(len(pos))[:n_pairs]], neg[rng.permutation(len(neg))[:n_pairs]]
-    d = np.r_[pos, neg][:, None]
-    y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
-    w = np.r_[np.full(len(pos), 0.5 / len(pos)), np.full(len(neg), 0.5 / len(neg))] * len(y)
-    lr = LogisticRegression().fit(d, y, sample_weight=w)
-    b = -float(lr.coef_[0, 0])
-    return PairModel(float(lr.intercept_[0]), b, len(pos)) if b > 0 else None
+    return balanced_pair_fit(pos[rng.permutation(len(pos))[:n_pairs]], neg[rng.permutation(len(neg))[:n_pairs]])
 
 
 def corpus_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed: int,
