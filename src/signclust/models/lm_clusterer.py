@@ -480,18 +480,24 @@ class LMSignClusterer(Clusterer):
         super().__init__(preset, **params)
         self.cfg = LMConfig(**self.params)
 
-    def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
-        cfg, t0 = self.cfg, time.time()
+    def features(self, corpus: Corpus, ctx: FitContext) -> tuple[np.ndarray, list[np.ndarray], bool]:
+        """The visual side: (x, texts, clean). x (n, D) is each token's feature with its hand
+        removed, texts the token indices of each non-empty text, clean whether the corpus's sign
+        images recur exactly (then it has no pair model)."""
+        cfg = self.cfg
         texts = [t for t in corpus.texts() if len(t)]
         text_index = np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1]
-        image_index = corpus.image_index()
-        # visual side: features per distinct image, then per token with the hand removed
         images = np.asarray(corpus.images)                                                 # distinct images
         clean = len(images) <= cfg.clean_share * corpus.n_tokens
         feats = glyph_features(images, cfg, ctx.seed)
         if not clean and cfg.encoder_epochs:
             feats = with_encoder(feats, images, cfg, ctx)
-        x = text_centre(feats[image_index], text_index, cfg.text_centring)                  # (n, D)
+        return text_centre(feats[corpus.image_index()], text_index, cfg.text_centring), texts, clean   # (n, D)
+
+    def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
+        cfg, t0 = self.cfg, time.time()
+        image_index = corpus.image_index()
+        x, texts, clean = self.features(corpus, ctx)
         pair = None if clean else corpus_pair_model(x, texts, cfg.pair_ratio, ctx.seed)
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
         k0 = int(z.max()) + 1
