@@ -44,21 +44,11 @@ DEFAULT_HELD_OUT = ("armenian", "ethiopic")
 
 
 def positives_precision(x: np.ndarray, texts: list[np.ndarray], labels: np.ndarray, ratio: float) -> tuple[int, float]:
-    """(number, share showing one sign) of the pair model's positives: the same selection as
-    ``lm.confident_pairs`` (within-text mutual nearest neighbours, nearest <= ratio x second)."""
-    from scipy.spatial.distance import cdist
+    """(number, share showing one sign) of the pair model's positives (``lm.text_positives``)."""
     n = same = 0
-    for t in texts:
-        if len(t) < 3:
-            continue
-        d = cdist(x[t], x[t])
-        np.fill_diagonal(d, np.inf)
-        order = np.argsort(d, axis=1)
-        idx = np.arange(len(t))
-        d1, d2 = d[idx, order[:, 0]], d[idx, order[:, 1]]
-        keep = (order[order[:, 0], 0] == idx) & (d1 <= ratio * d2) & (idx < order[:, 0])
-        n += int(keep.sum())
-        same += int((labels[t][keep] == labels[t][order[keep, 0]]).sum())
+    for t, _, i, j in lm.text_positives(x, texts, ratio):
+        n += len(i)
+        same += int((labels[t[i]] == labels[t[j]]).sum())
     return n, same / max(n, 1)
 
 

@@ -217,22 +217,29 @@ class PairModel:
         return self.a / self.b
 
 
-def confident_pairs(x: np.ndarray, texts: list[np.ndarray], ratio: float) -> tuple[np.ndarray, np.ndarray]:
-    """Within each text: mutual nearest neighbours whose distance is below ``ratio`` x the
-    distance to the second nearest (positives), and every pair of the text (the background)."""
+def text_positives(x: np.ndarray, texts: list[np.ndarray], ratio: float):
+    """For each text of 3+ tokens: (t, d, i, j), d its (len(t), len(t)) distance matrix (diagonal
+    inf) and i < j the positions of its mutual nearest neighbours whose distance is below
+    ``ratio`` x i's distance to its second nearest: the pairs the pair model calls one sign."""
     from scipy.spatial.distance import cdist
-    pos, allp = [], []
     for t in texts:
         if len(t) < 3:
             continue
         d = cdist(x[t], x[t])
         np.fill_diagonal(d, np.inf)
         order = np.argsort(d, axis=1)
-        d1 = d[np.arange(len(t)), order[:, 0]]
-        d2 = d[np.arange(len(t)), order[:, 1]]
-        mutual = order[order[:, 0], 0] == np.arange(len(t))
-        keep = mutual & (d1 <= ratio * d2) & (np.arange(len(t)) < order[:, 0])
-        pos.append(d1[keep])
+        idx = np.arange(len(t))
+        d1, d2 = d[idx, order[:, 0]], d[idx, order[:, 1]]
+        i = np.flatnonzero((order[order[:, 0], 0] == idx) & (d1 <= ratio * d2) & (idx < order[:, 0]))
+        yield t, d, i, order[i, 0]
+
+
+def confident_pairs(x: np.ndarray, texts: list[np.ndarray], ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """Within each text: the distances of its positives (``text_positives``) and of every pair of
+    the text (the background)."""
+    pos, allp = [], []
+    for t, d, i, j in text_positives(x, texts, ratio):
+        pos.append(d[i, j])
         allp.append(d[np.triu_indices(len(t), 1)])
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0)  # noqa: E731
     return cat(pos), cat(allp)
