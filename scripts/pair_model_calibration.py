@@ -13,7 +13,10 @@ with lm's own features (``LMSignClusterer.features``) and pair model, at the con
 - the distance where the odds are even, beside the same balanced fit made from the *true*
   within-text pairs (same sign against different signs): what a perfectly calibrated pair model
   of the same form would give;
-- the micro-clusters at each of the two: K and V-measure.
+- the micro-clusters at each of the two: K and V-measure;
+- lm's types at each of the two (the same features, micro-clusters and merges; only the pair model
+  differs): K and V-measure. The first is lm's own fit at this seed; the second says how far K
+  would come with a perfectly calibrated pair model of the same form, and at what V.
 
 The labels are used only to score and for the reference fit; nothing here is read by any stage,
 default or study. Corpora not in ``data/corpora`` (the held-out scripts) are built in memory by
@@ -57,7 +60,8 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
     the micro-clusters at each."""
     from scipy.cluster.hierarchy import fcluster, linkage
     clusterer = get_clusterer("lm", **row_cfg)
-    x, texts, clean = clusterer.features(corpus, FitContext(seed=seed, progress=False))
+    ctx = FitContext(seed=seed, progress=False)
+    x, texts, clean = clusterer.features(corpus, ctx)
     if clean:
         raise UserError(f"{name}: a clean corpus (its sign images recur exactly): lm fits no pair model there")
     labels = np.unique(corpus.labels(), return_inverse=True)[1]
@@ -74,6 +78,9 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
         z = fcluster(tree, model.even_odds, "distance") - 1
         out[f"micro_k_{key}"] = int(z.max()) + 1
         out[f"micro_v_{key}"] = float(score(corpus.labels(), z)["v_measure"])
+        types = clusterer.cluster(x, texts, clean, corpus.image_index(), model, ctx).labels
+        out[f"lm_k_{key}"] = int(types.max()) + 1
+        out[f"lm_v_{key}"] = float(score(corpus.labels(), types)["v_measure"])
     return out
 
 
@@ -95,18 +102,26 @@ def markdown(rows: dict, seed: int) -> str:
              "(within-text mutual nearest neighbours passing the ratio test), *precision* the share of them "
              "that show one sign. *True-pair fit*: the same balanced logistic fit made from the true "
              "within-text pairs (same sign against different signs), a reference that needs labels; "
-             "nothing in lm reads it.", "",
+             "nothing in lm reads it. *lm K, V*: lm's types from the same features, micro-clusters and merges "
+             "with each pair model (with ours: lm's own fit at this seed).", "",
              "| corpus | K true | positives | precision | even odds: ours | true-pair fit | micro K: ours | "
-             "at the true-pair fit | micro V: ours | at the true-pair fit |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "at the true-pair fit | micro V: ours | at the true-pair fit | lm K: ours | at the true-pair fit | "
+             "lm V: ours | at the true-pair fit |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows.items():
         lines.append(f"| {name} | {r['k_true']} | {r['positives']} | {r['precision']:.2f} | {r['even_odds']:.3f} | "
                      f"{r['even_odds_true']:.3f} | {r['micro_k_ours']} | {r['micro_k_true']} | "
-                     f"{r['micro_v_ours']:.3f} | {r['micro_v_true']:.3f} |")
+                     f"{r['micro_v_ours']:.3f} | {r['micro_v_true']:.3f} | {r['lm_k_ours']} | {r['lm_k_true']} | "
+                     f"{r['lm_v_ours']:.3f} | {r['lm_v_true']:.3f} |")
     too_fine = [n for n, r in rows.items() if r["even_odds"] < r["even_odds_true"]]
     lines += ["", f"Even odds below the true-pair fit's (a cut too fine: more micro-clusters): "
               f"{len(too_fine)} of {len(rows)} corpora; above it (too coarse): "
               f"{', '.join(n for n in rows if n not in too_fine) or 'none'}."]
+    for key, where in (("ours", "With our pair model"), ("true", "At the true-pair fit")):
+        near = [n for n, r in rows.items() if abs(r[f"lm_k_{key}"] - r["k_true"]) <= 0.2 * r["k_true"]]
+        mean_v = np.mean([r[f"lm_v_{key}"] for r in rows.values()])
+        lines += ["", f"{where}, lm's K is within ±20% of K true on {len(near)} of {len(rows)} corpora"
+                     f"{' (' + ', '.join(near) + ')' if near else ''}; its mean V is {mean_v:.3f}."]
     return "\n".join(lines) + "\n"
 
 
@@ -129,7 +144,9 @@ def main(argv=None):
         rows[name] = calibration(name, load_corpus(name, params["prepare"]), row_cfg, args.seed)
         r = rows[name]
         print(f"{name}: precision {r['precision']:.2f}, even odds {r['even_odds']:.3f} (true pairs "
-              f"{r['even_odds_true']:.3f}), micro K {r['micro_k_ours']} / {r['micro_k_true']} (K true {r['k_true']})",
+              f"{r['even_odds_true']:.3f}), micro K {r['micro_k_ours']} / {r['micro_k_true']}, lm K "
+              f"{r['lm_k_ours']} / {r['lm_k_true']} (K true {r['k_true']}), lm V {r['lm_v_ours']:.3f} / "
+              f"{r['lm_v_true']:.3f}",
               flush=True)
     text = markdown(rows, args.seed)
     atomic_write_text(Path(args.out or REPO / "reports" / "pair_model_calibration.md"), text)

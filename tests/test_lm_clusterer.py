@@ -281,6 +281,13 @@ def test_nearest_link_is_k_by_k_when_the_last_types_have_no_edge():
     assert link[0, 1] == pytest.approx(1 / 1.25)
 
 
+def test_nearest_link_is_empty_when_every_edge_stays_inside_a_type():
+    # well-separated signs whose types hold all their tokens' neighbours: no link (this raised IndexError)
+    i, j, d = np.array([0, 1, 2, 3]), np.array([1, 0, 3, 2]), np.array([0.1, 0.1, 0.2, 0.2])
+    link = L.nearest_link((i, j, d), np.array([0, 0, 1, 1]), 2)
+    assert link.shape == (2, 2) and link.nnz == 0
+
+
 def _line(*points):
     return np.array(points, dtype=float)[:, None]
 

@@ -404,6 +404,8 @@ def nearest_link(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray
     a, b = z[i], z[j]
     keep = a != b
     a, b, d = np.minimum(a, b)[keep], np.maximum(a, b)[keep], d[keep]
+    if not len(d):                                      # every kNN edge inside a type: no links
+        return sparse.csr_matrix((k, k))
     # one entry per (a, b) pair, the largest 1 / (1 + d) (coo -> csr would sum duplicates instead)
     best = sparse.coo_matrix((1.0 / (1.0 + d), (a, b)), shape=(k, k))
     order = np.lexsort((-best.data, best.row * k + best.col))
@@ -502,10 +504,17 @@ class LMSignClusterer(Clusterer):
         return text_centre(feats[corpus.image_index()], text_index, cfg.text_centring), texts, clean   # (n, D)
 
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
-        cfg, t0 = self.cfg, time.time()
-        image_index = corpus.image_index()
+        t0 = time.time()
         x, texts, clean = self.features(corpus, ctx)
-        pair = None if clean else corpus_pair_model(x, texts, cfg.pair_ratio, ctx.seed)
+        pair = None if clean else corpus_pair_model(x, texts, self.cfg.pair_ratio, ctx.seed)
+        return self.cluster(x, texts, clean, corpus.image_index(), pair, ctx, t0)
+
+    def cluster(self, x: np.ndarray, texts: list[np.ndarray], clean: bool, image_index: np.ndarray,
+                pair: PairModel | None, ctx: FitContext, t0: float | None = None) -> ClusterResult:
+        """The types from the visual side (``features``) and a pair model: micro-clusters, then the
+        merges. ``fit`` passes the corpus-fitted pair model; a diagnosis may pass another
+        (scripts/pair_model_calibration.py passes the true pairs' fit)."""
+        cfg, t0 = self.cfg, time.time() if t0 is None else t0
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
         k0 = int(z.max()) + 1
         coarse = None
