@@ -64,7 +64,7 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
     x, texts, clean = clusterer.features(corpus, ctx)
     if clean:
         raise UserError(f"{name}: a clean corpus (its sign images recur exactly): lm fits no pair model there")
-    labels = np.unique(corpus.labels(), return_inverse=True)[1]
+    labels = corpus.labels()                                        # (n,) integer codes 0..K-1
     cfg = clusterer.cfg
     pair = lm.corpus_pair_model(x, texts, cfg.pair_ratio, seed)
     truth = lm.refit_pair_model(x, labels, texts, seed)
@@ -77,10 +77,10 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
     for key, model in (("ours", pair), ("true", truth)):
         z = fcluster(tree, model.even_odds, "distance") - 1
         out[f"micro_k_{key}"] = int(z.max()) + 1
-        out[f"micro_v_{key}"] = float(score(corpus.labels(), z)["v_measure"])
+        out[f"micro_v_{key}"] = float(score(labels, z)["v_measure"])
         types = clusterer.cluster(x, texts, clean, corpus.image_index(), model, ctx).labels
         out[f"lm_k_{key}"] = int(types.max()) + 1
-        out[f"lm_v_{key}"] = float(score(corpus.labels(), types)["v_measure"])
+        out[f"lm_v_{key}"] = float(score(labels, types)["v_measure"])
     return out
 
 
