@@ -169,6 +169,37 @@ def test_niw_log_marginal_against_explicit_formula():
         assert dd.niw_log_marginal(x, _prior()) == pytest.approx(_niw_log_marginal(x, **PRIOR), rel=1e-10)
 
 
+def _crp_log_prob_by_seating(z, alpha: float) -> float:
+    """The Chinese restaurant process told customer by customer: the i-th (0-based) joins an
+    occupied table with probability n_table / (alpha + i), a new one with alpha / (alpha + i)."""
+    seated: dict = {}
+    total = 0.0
+    for i, table in enumerate(z):
+        total += math.log(seated.get(table, 0) or alpha) - math.log(alpha + i)
+        seated[table] = seated.get(table, 0) + 1
+    return total
+
+
+@pytest.mark.parametrize("alpha", [0.3, 10.0])
+def test_dp_log_joint_is_crp_by_seating_plus_the_marginals(alpha):
+    x = np.concatenate([X1, X2])
+    for z in (np.r_[0, 0, 0, 0, 1, 1, 1], np.r_[5, 2, 5, 2, 2, 9, 5], np.zeros(7, int), np.arange(7)):
+        expected = _crp_log_prob_by_seating(z, alpha) + sum(
+            _niw_log_marginal(x[z == k], **PRIOR) for k in np.unique(z))
+        assert dd.dp_log_joint(x, z, _prior(), alpha) == pytest.approx(expected, rel=1e-10, abs=1e-10)
+
+
+def test_a_split_changes_dp_log_joint_by_its_log_hastings_ratio():
+    """The moves climb dp_log_joint: its change under a split is the split's log H_s."""
+    x = np.concatenate([X1, X2])
+    z = np.r_[0, 0, 1, 1, 1, 1, 1]
+    sub = np.r_[0, 0, 0, 1, 1]                              # cluster 1 split into {2, 3, 4} and {5, 6}
+    after = z.copy()
+    after[5:] = 2
+    change = dd.dp_log_joint(x, after, _prior(), 3.0) - dd.dp_log_joint(x, z, _prior(), 3.0)
+    assert change == pytest.approx(dd.log_hastings_split(x[2:], sub, _prior(), 3.0), rel=1e-10, abs=1e-10)
+
+
 def test_hastings_split_with_an_empty_side_counts_gamma_as_one():
     """The authors' convention: an empty sub-cluster contributes Γ(.) f(.) = 1."""
     sub = np.zeros(4, int)

@@ -168,6 +168,19 @@ def log_hastings_split(x: np.ndarray, sub: np.ndarray, prior: NIWPrior, alpha: f
             - _lgamma0(n1 + n2) - niw_log_marginal(x, prior))
 
 
+def dp_log_joint(x: np.ndarray, z: np.ndarray, prior: NIWPrior, alpha: float) -> float:
+    """log p(X, z) of DeepDPM's model: the CRP(alpha) probability of the partition z,
+    K log alpha + log Γ(alpha) - log Γ(alpha + N) + sum_k log Γ(N_k), plus each cluster's NIW
+    marginal log f(X_k). A split's log H_s is this joint after the split minus before it, so
+    the moves climb it; it scores any labelling (the true one included) on the model's terms."""
+    x = np.asarray(x, dtype=np.float64)
+    _, z = np.unique(np.asarray(z), return_inverse=True)
+    sizes = np.bincount(z)
+    crp = (len(sizes) * math.log(alpha) + float(gammaln(alpha)) - float(gammaln(alpha + len(z)))
+           + float(gammaln(sizes).sum()))
+    return crp + sum(niw_log_marginal(x[z == k], prior) for k in range(len(sizes)))
+
+
 def log_hastings_merge(x1: np.ndarray, x2: np.ndarray, prior: NIWPrior, alpha: float) -> float:
     """log H_m = -log H_s of the reverse split of the union into x1 and x2."""
     x1 = np.asarray(x1, dtype=np.float64).reshape(-1, prior.dim)
