@@ -306,8 +306,9 @@ class SubClusterNets(nn.Module):
                 _uniform_(self.b2[k], 1.0 / math.sqrt(self.hidden), gen)
 
     def forward(self, x, z):
-        h = F.relu(torch.einsum("nd,ndh->nh", x, self.w1[z]) + self.b1[z])
-        return F.softmax(torch.einsum("nh,nho->no", h, self.w2[z]) + self.b2[z], dim=1)
+        w1, b1, w2, b2 = (p.index_select(0, z) for p in (self.w1, self.b1, self.w2, self.b2))
+        h = F.relu(torch.einsum("nd,ndh->nh", x, w1) + b1)
+        return F.softmax(torch.einsum("nh,nho->no", h, w2) + b2, dim=1)
 
     def reshape(self, source: list[int | None], gen: torch.Generator) -> None:
         """New net j copies old net source[j], or is freshly initialised where None."""
