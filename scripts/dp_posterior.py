@@ -42,16 +42,22 @@ CORPORA = ("cypriot", "lineara", "latin_hands")
 K_GRID = (2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
-# per method: the train stage's features in words, and log p(X, z) under the fitted method's own prior
-METHODS = {
-    "deepdpm": ("PCA-10 of the pixels, one global scale",
-                lambda x, p: lambda z: dp_log_joint(x, z, NIWPrior.from_data(
-                    x, kappa=float(p["kappa"]), nu=p["nu"], psi_choice=p["psi_choice"],
-                    psi_scale=float(p["psi_scale"])), float(p["alpha"]))),
-    "dpgmm": ("PCA-20 of the pixels",
-              lambda x, p: lambda z: dp_moves.log_joint(x, z, dp_moves.NormalGammaPrior.from_data(
-                  x, dof=float(p["prior_dof"])), float(p["weight_concentration"]))),
-}
+def deepdpm_log_p(x: np.ndarray, p: dict):
+    """z -> log p(X, z) of DeepDPM's model with its prior fitted to x as the fit does."""
+    prior = NIWPrior.from_data(x, kappa=float(p["kappa"]), nu=p["nu"], psi_choice=p["psi_choice"],
+                               psi_scale=float(p["psi_scale"]))
+    return lambda z: dp_log_joint(x, z, prior, float(p["alpha"]))
+
+
+def dpgmm_log_p(x: np.ndarray, p: dict):
+    """z -> log p(X, z) (up to a constant of N) of the dpgmm row's merge-move model."""
+    prior = dp_moves.NormalGammaPrior.from_data(x, dof=float(p["prior_dof"]))
+    return lambda z: dp_moves.log_joint(x, z, prior, float(p["weight_concentration"]))
+
+
+# per method: the train stage's features in words, and its log p(X, z) given (features, its params)
+METHODS = {"deepdpm": ("PCA-10 of the pixels, one global scale", deepdpm_log_p),
+           "dpgmm": ("PCA-20 of the pixels", dpgmm_log_p)}
 
 
 def paper_check_entry(params: dict, method: str, dataset: str) -> dict:
