@@ -37,6 +37,7 @@ from signclust.models.baselines._nets import faiss_kmeans  # noqa: E402
 from signclust.models.baselines import dp_moves  # noqa: E402
 from signclust.models.baselines.deepdpm import NIWPrior, dp_log_joint  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
+from signclust.reports.paper_check import check_params, check_setting  # noqa: E402
 
 CORPORA = ("cypriot", "lineara", "latin_hands")
 K_GRID = (2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -61,16 +62,18 @@ METHODS = {"deepdpm": ("PCA-10 of the pixels, one global scale", deepdpm_log_p),
 
 
 def paper_check_entry(params: dict, method: str, dataset: str) -> dict:
-    return next(c for c in params["paper_check"]["checks"] if c["method"] == method and c["dataset"] == dataset)
+    """The committed paper check of ``method`` on ``dataset``, as the stage runs it (full scale)."""
+    check = next(c for c in params["paper_check"]["checks"] if c["method"] == method and c["dataset"] == dataset)
+    return check_setting(check, params, "full")
 
 
 def method_config(params: dict, method: str, dataset: str) -> tuple[dict, str]:
-    """The settings the pipeline fits ``method`` with on ``dataset``, and their description."""
-    _, cfg, _ = run_config(method, params)
+    """The settings the pipeline fits ``method`` with on ``dataset`` (the train stage's on a corpus,
+    the paper check's on a benchmark set), and their description."""
     if dataset in CORPORA:
-        return cfg, f"the train stage's (class defaults: {METHODS[method][0]})"
+        return run_config(method, params)[1], f"the train stage's (class defaults: {METHODS[method][0]})"
     check = paper_check_entry(params, method, dataset)
-    return {**cfg, **check.get("params", {})}, f"paper_check's ({check['setting']})"
+    return check_params(check, params), f"paper_check's ({check['setting']})"
 
 
 def load(dataset: str, params: dict, method: str) -> Corpus:

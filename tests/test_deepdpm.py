@@ -116,17 +116,14 @@ def test_umap_codes_are_what_is_clustered(tiny):
 
 def _subcluster_grads(threads: int) -> list[torch.Tensor]:
     """Gradients of SubClusterNets' parameters for 4000 points over 3 clusters, on ``threads``."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    from signclust.reports.reproduce import torch_threads
+    with torch_threads(threads):
         gen = torch.Generator().manual_seed(0)
         nets = dd.SubClusterNets(d=10, hidden=50, k=3, gen=gen)
         x = torch.randn(4000, 10, generator=gen)
         z = torch.randint(0, 3, (4000,), generator=gen)
         nets(x, z)[:, 0].sum().backward()
         return [p.grad.clone() for p in nets.parameters()]
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_subcluster_gradients_are_the_same_on_every_run_with_two_threads():

@@ -58,10 +58,15 @@ def measure(gold: np.ndarray, result, metric: str) -> float:
     return float(score(gold, result.labels)[metric])
 
 
+def check_params(check: dict, params: dict) -> dict:
+    """The method's parameters in a check: params.yaml's models.<method> under the check's own."""
+    return deep_update(params.get("models", {}).get(check["method"], {}) or {}, check.get("params", {}) or {})
+
+
 def run_check(check: dict, params: dict, seeds: list[int], progress: bool) -> list[dict]:
     """One fit per seed; one row per paper figure of the check."""
     method = check["method"]
-    cfg = deep_update(params.get("models", {}).get(method, {}) or {}, check.get("params", {}) or {})
+    cfg = check_params(check, params)
     corpus = build_benchmark(check["dataset"], int(check.get("subset") or 0))
     gold = corpus.labels()
     k_true = corpus.counts()["types"]
