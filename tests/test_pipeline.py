@@ -151,3 +151,41 @@ def test_paper_check_other_seeds_need_their_own_out(capsys):
     assert exit_.value.code == 2
     assert capsys.readouterr().err == ("error: --seeds makes another study than the committed paper check: "
                                        "give it its own --out\n")
+
+
+def test_paper_check_with_a_preset_runs_the_presets_values_alone():
+    # the study of a method's own (paper) settings: our CPU cuts (models.<method>) and the check's
+    # reduced parameters give way to the preset; the data follow --subset, and the row says so
+    from signclust.models.baselines.deepdpm import DeepDPM
+    from signclust.reports.paper_check import check_params, with_preset
+    params = {"models": {"deepdpm": {"max_epochs": 7}}, "presets": {}}
+    check = {"method": "deepdpm", "dataset": "fashion_test", "subset": 3000, "reduced": True,
+             "setting": "ours", "params": {"features": "ae", "ae_epochs": 2}}
+    assert check_params(check, params) == {"max_epochs": 7, "features": "ae", "ae_epochs": 2}
+    same = with_preset(check, "paper", None)
+    assert check_params(same, params) == DeepDPM.PRESETS["paper"]
+    assert (same["subset"], same["reduced"], same["params"]) == (3000, True, {})
+    assert same["setting"] == "the `paper` preset of deepdpm, 3000 images"
+    whole = with_preset(check, "paper", 0)
+    assert (whole["subset"], whole["reduced"], whole["setting"]) == (0, False, "the `paper` preset of deepdpm, all images")
+    assert check["params"] == {"features": "ae", "ae_epochs": 2} and "preset" not in check   # not changed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "kmeans", "--preset", "paper"],
+     "--preset makes another study than the committed paper check: give it its own --out"),
+    (["--only", "kmeans", "--subset", "100", "--out", "x.md"],
+     "--subset goes with --preset (the committed checks keep their own subsets)"),
+    (["--only", "kmeans", "--preset", "paper", "--subset", "-1", "--out", "x.md"],
+     "--subset -1: expected 0 (all images) or a positive count"),
+    (["--only", "deepdpm", "--preset", "nope", "--out", "x.md"],
+     "paper_check --preset: method 'deepdpm' has no parameter set 'nope' (known: paper)"),
+])
+def test_paper_check_preset_study_bad_arguments(args, message, tmp_path, monkeypatch, capsys):
+    from signclust.reports.paper_check import main as paper_check_main
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        paper_check_main(args)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert not (tmp_path / "x.md").exists()

@@ -5,6 +5,8 @@
     python -m signclust.reports.paper_check --scale ci      # CI-sized: reports/ci/paper_check.md
     python -m signclust.reports.paper_check --only swav deepcluster --seeds 0 1 2 3 4 \
         --out reports/paper_check_seeds.md                  # a study of its own, under its own name
+    python -m signclust.reports.paper_check --only deepdpm --preset paper --subset 10000 \
+        --out reports/paper_check_deepdpm_paper_10k.md      # the paper's own settings, more data
 
 Each check names a method, a benchmark set (signclust.data.benchmarks), our CPU-feasible
 setting (subset size and parameter overrides), the metric and the paper's figure with its
@@ -28,6 +30,7 @@ from signclust.errors import UserError, cli_main
 from signclust.evaluation.metrics import score, ward_labels
 from signclust.io import atomic_write_text, write_json
 from signclust.models.base import FitContext, get_clusterer
+from signclust.models.train import preset_values
 
 
 def check_setting(check: dict, params: dict, scale: str) -> dict:
@@ -59,8 +62,26 @@ def measure(gold: np.ndarray, result, metric: str) -> float:
 
 
 def check_params(check: dict, params: dict) -> dict:
-    """The method's parameters in a check: params.yaml's models.<method> under the check's own."""
+    """The method's parameters in a check: params.yaml's models.<method> under the check's own, or
+    with a ``preset`` (see :func:`with_preset`) that preset's values alone."""
+    if check.get("preset"):
+        return preset_values(check["method"], check["preset"], params, "paper_check --preset")
     return deep_update(params.get("models", {}).get(check["method"], {}) or {}, check.get("params", {}) or {})
+
+
+def with_preset(check: dict, preset: str, subset: int | None) -> dict:
+    """The check run with the method's named parameter set (e.g. ``paper``: the paper's settings)
+    instead of our CPU-sized cuts and the check's reductions, on ``subset`` images (None: the
+    check's own subset; 0: the whole set). Reduced = still a subset of the data."""
+    check = copy.deepcopy(check)
+    check["preset"] = preset
+    check["params"] = {}
+    if subset is not None:
+        check["subset"] = subset
+    n = int(check.get("subset") or 0)
+    check["setting"] = f"the `{preset}` preset of {check['method']}, " + (f"{n} images" if n else "all images")
+    check["reduced"] = n > 0
+    return check
 
 
 def run_check(check: dict, params: dict, seeds: list[int], progress: bool) -> list[dict]:
@@ -93,7 +114,7 @@ def run_check(check: dict, params: dict, seeds: list[int], progress: bool) -> li
             "k_found": float(np.mean(k_found)), "k_true": k_true, "paper_k": check.get("paper_k"),
             "seconds": float(np.mean(seconds)), "seeds": seeds, "setting": check.get("setting", ""),
             "params": check.get("params", {}), "reduced": bool(check.get("reduced", False)),
-            **{k: check[k] for k in ("ci_reduced", "ci_tolerance") if k in check},
+            **{k: check[k] for k in ("ci_reduced", "ci_tolerance", "preset") if k in check},
         })
     return rows
 
@@ -125,9 +146,10 @@ def render(rows: list[dict], scale: str, command: str | None = None) -> str:
 
 
 def run_all(params: dict, scale: str, out: Path, only: list[str] | None = None, progress: bool = True,
-            seeds: list[int] | None = None, command: str | None = None) -> list[dict]:
+            seeds: list[int] | None = None, command: str | None = None, preset: str | None = None,
+            subset: int | None = None) -> list[dict]:
     """Run the checks of params.yaml ``paper_check`` at ``scale`` (``seeds``: other seeds than the
-    configured ones); write ``out`` (.md and .json)."""
+    configured ones; ``preset``/``subset``: :func:`with_preset`); write ``out`` (.md and .json)."""
     if "paper_check" not in params:
         raise UserError("params.yaml has no paper_check section")
     pc = params["paper_check"]
@@ -136,6 +158,10 @@ def run_all(params: dict, scale: str, out: Path, only: list[str] | None = None, 
     checks = [check_setting(c, params, scale) for c in pc["checks"] if not only or c["method"] in only]
     if not checks:
         raise UserError(f"no paper checks for {', '.join(only or [])}")
+    if preset is not None:
+        checks = [with_preset(c, preset, subset) for c in checks]
+        for c in checks:                     # an unknown preset is one error before any fit
+            check_params(c, params)
     rows = []
     with tracking.run("paper_check", scale) as parent:
         for check in checks:
@@ -160,18 +186,31 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, help="default reports/paper_check.md (ci: reports/ci/paper_check.md)")
     ap.add_argument("--seeds", nargs="+", type=int, help="other seeds than paper_check.seeds: another "
                     "study, so it needs its own --out")
+    ap.add_argument("--preset", help="run each check with this named parameter set of its method (e.g. "
+                    "paper) instead of our settings: another study, so it needs its own --out")
+    ap.add_argument("--subset", type=int, help="with --preset: images of the data set (0: all; default: "
+                    "the check's subset)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     if args.seeds is not None and args.out is None:
         raise UserError("--seeds makes another study than the committed paper check: give it its own --out")
+    if args.preset is not None and args.out is None:
+        raise UserError("--preset makes another study than the committed paper check: give it its own --out")
+    if args.subset is not None and args.preset is None:
+        raise UserError("--subset goes with --preset (the committed checks keep their own subsets)")
+    if args.subset is not None and args.subset < 0:
+        raise UserError(f"--subset {args.subset}: expected 0 (all images) or a positive count")
     out = args.out or REPO_ROOT / "reports" / ("ci" if args.scale == "ci" else "") / "paper_check.md"
     command = None                                   # the configured check: render's default line
-    if args.seeds is not None:
+    if args.seeds is not None or args.preset is not None:
         command = " ".join(["python -m signclust.reports.paper_check", *(["--scale ci"] if args.scale == "ci" else []),
                             *(["--only", *args.only] if args.only else []),
-                            "--seeds", *map(str, args.seeds), "--out", str(args.out)])
+                            *(["--preset", args.preset] if args.preset else []),
+                            *(["--subset", str(args.subset)] if args.subset is not None else []),
+                            *(["--seeds", *map(str, args.seeds)] if args.seeds is not None else []),
+                            "--out", str(args.out)])
     run_all(load_params(), args.scale, out, args.only, progress=not args.no_progress, seeds=args.seeds,
-            command=command)
+            command=command, preset=args.preset, subset=args.subset)
     print(f"-> {out}")
 
 

@@ -23,9 +23,9 @@ autoencoder trained first with MSE). DeepDPM's alternation of AE and clustering 
 (its "end-to-end" variant) is not reproduced; the paper's main setting clusters fixed codes.
 The paper's MNIST/USPS/Fashion-MNIST figures cluster UMAP embeddings of AE codes (the authors'
 make_umap_embeddings.py: UMAP to 10 dims, n_neighbors 20, min_dist 0; then DeepDPM.py's default
-``--transform_input_data normalize``, L2 rows): ``umap_dim: 10, transform: normalize`` (needs
-umap-learn, not a project dependency). Off by default and in the ``paper`` preset (``umap_dim:
-0``), which keeps the end-to-end MNIST command's ``--transform_input_data None``.
+``--transform_input_data normalize``, L2 rows): ``umap_dim: 10, transform: normalize`` (umap-learn,
+pinned in requirements.txt), the ``paper_umap`` preset. Off by default and in the ``paper`` preset
+(``umap_dim: 0``), which keeps the end-to-end MNIST command's ``--transform_input_data None``.
 
 Choices taken from the authors' code where the paper is silent: schedule (sub-clustering from
 epoch 45, moves from 55, one every 30 epochs, parameters frozen 5 epochs after a move), nets
@@ -466,6 +466,9 @@ class DeepDPM(Clusterer):
         "start_splitting": 55, "split_merge_every": 30, "freeze_after_move": 5,
         "merge_neighbors": 3, "min_split_size": 5, "stochastic": True,
     }}
+    # the pipeline behind the paper's MNIST/USPS/Fashion-MNIST figures: the same settings on UMAP
+    # embeddings of the AE codes, L2 rows (make_umap_embeddings.py, then DeepDPM.py's default transform)
+    PRESETS["paper_umap"] = {**PRESETS["paper"], "umap_dim": 10, "transform": "normalize"}
 
     @property
     def cfg(self) -> dict:
