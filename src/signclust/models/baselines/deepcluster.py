@@ -120,7 +120,6 @@ class DeepCluster(Baseline):
         k_final = require_k(self.name, ctx)
         k_train = min(require_k(self.name, ctx, p["overcluster"]), corpus.n_tokens)
         X = images_to_tensor(corpus.token_images())
-        n = len(X)
         net = _DeepClusterNet(X.shape[-1], p["feat_dim"], p["width"]).to(device)
         opt = torch.optim.SGD(net.features.parameters(), lr=p["lr"], momentum=p["momentum"],
                               weight_decay=p["weight_decay"])
