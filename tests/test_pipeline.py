@@ -179,7 +179,7 @@ def test_paper_check_with_a_preset_runs_the_presets_values_alone():
     (["--only", "kmeans", "--preset", "paper", "--subset", "-1", "--out", "x.md"],
      "--subset -1: expected 0 (all images) or a positive count"),
     (["--only", "deepdpm", "--preset", "nope", "--out", "x.md"],
-     "paper_check --preset: method 'deepdpm' has no parameter set 'nope' (known: paper)"),
+     "paper_check --preset: method 'deepdpm' has no parameter set 'nope' (known: paper, paper_umap)"),
 ])
 def test_paper_check_preset_study_bad_arguments(args, message, tmp_path, monkeypatch, capsys):
     from signclust.reports.paper_check import main as paper_check_main
