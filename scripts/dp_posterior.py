@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from signclust.config import load_params  # noqa: E402
-from signclust.data.benchmarks import build as build_benchmark  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
@@ -37,7 +36,7 @@ from signclust.models.baselines._nets import faiss_kmeans  # noqa: E402
 from signclust.models.baselines import dp_moves  # noqa: E402
 from signclust.models.baselines.deepdpm import NIWPrior, dp_log_joint  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
-from signclust.reports.paper_check import check_params, check_setting  # noqa: E402
+from signclust.reports.paper_check import check_data, check_params, check_setting  # noqa: E402
 
 CORPORA = ("cypriot", "lineara", "latin_hands")
 K_GRID = (2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -79,7 +78,7 @@ def method_config(params: dict, method: str, dataset: str) -> tuple[dict, str]:
 def load(dataset: str, params: dict, method: str) -> Corpus:
     if dataset in CORPORA:
         return Corpus.load(REPO / "data" / "corpora" / dataset)
-    return build_benchmark(dataset, int(paper_check_entry(params, method, dataset).get("subset") or 0))
+    return check_data(paper_check_entry(params, method, dataset))
 
 
 def labellings(x: np.ndarray, gold: np.ndarray, fitted: np.ndarray, seed: int):

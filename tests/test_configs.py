@@ -109,14 +109,12 @@ def test_ablation_variants_name_real_parameters_and_presets():
 
 
 def test_paper_checks_build():
-    from signclust.config import deep_update
     from signclust.models.base import get_class
-    from signclust.reports.paper_check import check_params, with_preset
+    from signclust.reports.paper_check import check_params, check_setting, with_preset
     for check in PARAMS["paper_check"]["checks"]:
         method = check["method"]
-        for block in (check, check.get("ci") or {}):
-            cfg = deep_update((PARAMS.get("models") or {}).get(method) or {}, block.get("params") or {})
-            get_clusterer(method, **cfg)
+        for scale in ("full", "ci"):             # exactly what the stage and the CI reproduction fit
+            get_clusterer(method, **check_params(check_setting(check, PARAMS, scale), PARAMS))
         # the study of the method's own settings (paper_check --preset NAME) builds for every preset
         for preset in get_class(method).PRESETS or {}:
             get_clusterer(method, **check_params(with_preset(check, preset, None), PARAMS))

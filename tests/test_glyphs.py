@@ -81,7 +81,7 @@ def glyph_zoo(seed: int = 0) -> np.ndarray:
         side = int(rng.integers(6, 34))
         g = draw_shape(SHAPES[k % len(SHAPES)], side).astype(np.float64)
         h = int(rng.integers(3, side + 1)) if k % 3 == 0 else side       # squashed: aspect != 1
-        g = np.asarray(torch.nn.functional.interpolate(torch.from_numpy(g)[None, None], size=(h, side))[0, 0])
+        g = np.asarray(F.interpolate(torch.from_numpy(g)[None, None], size=(h, side))[0, 0])
         y, x = int(rng.integers(0, 40 - h + 1)), int(rng.integers(0, 36 - side + 1))
         img[y:y + h, x:x + side] = g * rng.uniform(0.35, 1.0)
         img += rng.normal(0, rng.choice([0.0, 10.0, 40.0]), img.shape)

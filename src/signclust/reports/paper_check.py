@@ -84,11 +84,16 @@ def with_preset(check: dict, preset: str, subset: int | None) -> dict:
     return check
 
 
+def check_data(check: dict):
+    """The benchmark images a check runs on: its data set, cut to its subset (0 or none: all)."""
+    return build_benchmark(check["dataset"], int(check.get("subset") or 0))
+
+
 def run_check(check: dict, params: dict, seeds: list[int], progress: bool) -> list[dict]:
     """One fit per seed; one row per paper figure of the check."""
     method = check["method"]
     cfg = check_params(check, params)
-    corpus = build_benchmark(check["dataset"], int(check.get("subset") or 0))
+    corpus = check_data(check)
     gold = corpus.labels()
     k_true = corpus.counts()["types"]
     values = {f["metric"]: [] for f in check["figures"]}
