@@ -59,21 +59,73 @@ def test_marginal_entropy():
 
 def test_lstm_logits_at_position_t_never_see_token_t_or_later():
     """next_type_logits predicts position t from positions < t: changing the soft type at t leaves
-    the logits at 0..t bit-identical and changes the one at t+1 (the causal shift through BOS)."""
+    the logits at 0..t bit-identical and changes the one at t+1 (the causal shift through BOS);
+    with past_end the extra position L sees every token, the last one included."""
     torch.manual_seed(0)
     model = TypeLM(n_rows=1, s=5, d=4, hidden=6, layers=2, dropout=0.3).eval()
     gen = torch.Generator().manual_seed(1)
     p = torch.softmax(torch.randn(3, 7, 5, generator=gen), dim=-1)
     with torch.no_grad():
-        base = model.next_type_logits(p)
-        assert base.shape == (3, 7, 5)
+        base = model.next_type_logits(p @ model.E)
+        base_end = model.next_type_logits(p @ model.E, past_end=True)
+        assert base.shape == (3, 7, 5) and base_end.shape == (3, 8, 5)
+        torch.testing.assert_close(base_end[:, :7], base, rtol=0, atol=1e-6)
         for t in range(7):
             q = p.clone()
             q[:, t] = torch.softmax(5 * torch.randn(3, 5, generator=gen), dim=-1)
-            out = model.next_type_logits(q)
+            out = model.next_type_logits(q @ model.E)
             assert torch.equal(out[:, :t + 1], base[:, :t + 1]), f"logits up to {t} changed with token {t}"
             if t + 1 < 7:
                 assert (out[:, t + 1] - base[:, t + 1]).abs().min() > 0
+            out_end = model.next_type_logits(q @ model.E, past_end=True)
+            assert torch.equal(out_end[:, :t + 1], base_end[:, :t + 1])
+            assert (out_end[:, 7] - base_end[:, 7]).abs().min() > 0, f"position L does not see token {t}"
+
+
+@pytest.mark.parametrize("eos,detach", [(True, True), (False, True), (False, False), (True, False)])
+def test_step_loss_terms_equal_the_soft_type_reference(eos, detach):
+    """_loss_terms embeds p_all before gathering the batch (no (B, L, s) copy of p for the LSTM);
+    the loss and S's gradient equal the docstring's reading: p_seq = p[ids] * mask, the input
+    p_seq padded by a zero row when an end class is predicted, x = input @ E, BOS shifted in."""
+    torch.manual_seed(0)
+    n, s = 12, 4
+    model = TypeLM(n_rows=n, s=s, d=3, hidden=5, layers=1, dropout=0.0)
+    if eos:
+        model.head = torch.nn.Linear(5, s + 1)
+    with torch.no_grad():
+        model.S.normal_()
+    clusterer = LMSignClusterer(eos=eos, detach_target=detach)
+    ids = torch.tensor([[0, 3, 5, 7], [2, 11, -1, -1], [4, 4, 9, -1]])
+    mask = ids >= 0
+    d_cols = torch.rand(n, s)
+    ex_sim = torch.rand(s, s)
+    rows = torch.arange(n)
+
+    terms = clusterer._loss_terms(model, model.probs(rows, 1.0), ids, mask, d_cols, ex_sim)
+    terms["loss"].backward()
+    grad = model.S.grad.clone()
+    model.S.grad = None
+
+    p_all = model.probs(rows, 1.0)
+    p_seq = p_all[ids.clamp_min(0)] * mask[..., None]
+    target = p_seq.detach() if detach else p_seq
+    if eos:
+        target, mask_lm = _with_eos(target, mask)
+        p_in = torch.cat([p_seq, torch.zeros_like(p_seq[:, :1])], dim=1)
+    else:
+        mask_lm, p_in = mask.float(), p_seq
+    x = p_in @ model.E
+    x = torch.cat([model.bos.expand(len(x), 1, -1), x[:, :-1]], dim=1)
+    logits = model.head(model.lstm(x)[0])
+    l_lm = (-(target * torch.log_softmax(logits, -1)).sum(-1) * mask_lm).sum() / mask_lm.sum()
+    hp = clusterer.params
+    loss = (hp["w_hom"] * hom_loss(p_all, d_cols, hp["hom_norm"]) + hp["w_dup"] * dup_loss(p_all, ex_sim)
+            + hp["w_lm"] * (l_lm - hp["entropy_alpha"] * marginal_entropy(p_all)))
+    loss.backward()
+    torch.testing.assert_close(terms["lm"], l_lm, rtol=0, atol=1e-6)
+    torch.testing.assert_close(terms["loss"], loss, rtol=0, atol=1e-6)
+    torch.testing.assert_close(grad, model.S.grad, rtol=0, atol=1e-6)
+    assert grad.abs().max() > 1e-3
 
 
 def test_with_eos_puts_the_end_class_right_after_each_text():

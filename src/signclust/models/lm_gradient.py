@@ -55,10 +55,14 @@ class TypeLM(nn.Module):
     def probs(self, rows: torch.Tensor, temperature: float) -> torch.Tensor:
         return F.softmax(self.S[rows] / temperature, dim=-1)
 
-    def next_type_logits(self, p_seq: torch.Tensor) -> torch.Tensor:
-        """(B, L, s) soft types -> (B, L, s) logits predicting each position from the ones before it."""
-        x = p_seq @ self.E
-        x = torch.cat([self.bos.expand(len(x), 1, -1), x[:, :-1]], dim=1)
+    def next_type_logits(self, x: torch.Tensor, past_end: bool = False) -> torch.Tensor:
+        """(B, L, d) soft type embeddings x_t = p_t @ E -> (B, L, s_out) logits predicting each
+        position from the ones before it.
+
+        past_end: also predict position L (after the last token, where the end-of-text class is):
+        (B, L+1, s_out) logits, the LSTM fed BOS and all L tokens.
+        """
+        x = torch.cat([self.bos.expand(len(x), 1, -1), x if past_end else x[:, :-1]], dim=1)
         h, _ = self.lstm(self.drop(x))
         return self.head(self.drop(h))
 
@@ -74,7 +78,9 @@ def hom_loss(p: torch.Tensor, d_to_exemplars: torch.Tensor, norm: str) -> torch.
 
 def lm_loss(logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of the predicted type distribution against the soft target, mean over real positions."""
-    ce = -(target * F.log_softmax(logits, dim=-1)).sum(-1)
+    log_p = F.log_softmax(logits, dim=-1)
+    del logits              # the graph keeps log_p, not the logits: (B, L, s) less at the peak
+    ce = -(target * log_p).sum(-1)
     return (ce * mask).sum() / mask.sum().clamp_min(1)
 
 
@@ -228,6 +234,34 @@ class GradientLMClusterer(Clusterer):
             model.S[torch.arange(len(clusters)), torch.from_numpy(clusters)] = p["init_scale"]
             model.S.add_(0.01 * torch.randn(model.S.shape, generator=gen))
 
+    # -- the objective of one step ---------------------------------------------------------
+    def _loss_terms(self, model: TypeLM, p_all: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor,
+                    d_cols: torch.Tensor, ex_sim: torch.Tensor) -> dict[str, torch.Tensor]:
+        """w_hom L_hom + w_lm (L_LM - alpha H) + w_dup L_dup for one batch of texts, and its terms.
+
+        p_all (n, s) is every token's type distribution, ids / mask (B, L) the batch's token ids
+        (padded with -1), d_cols (n, s) the distances to the current exemplars, ex_sim (s, s).
+        """
+        p = self.params
+        l_hom = hom_loss(p_all, d_cols, p["hom_norm"])
+        l_dup = dup_loss(p_all, ex_sim)
+        entropy = marginal_entropy(p_all)
+        ids, keep = ids.clamp_min(0), mask[..., None]                  # padding: token 0, weight 0
+        # x_t = p_t @ E, embedded before the gather: no (B, L, s) copy of p for autograd to keep
+        x = (p_all @ model.E)[ids] * keep                                 # (B, L, d)
+        if p["detach_target"]:
+            with torch.no_grad():
+                target = p_all[ids] * keep                               # (B, L, s)
+        else:
+            target = p_all[ids] * keep
+        if p["eos"]:
+            target, mask_lm = _with_eos(target, mask)                    # (B, L+1, s+1), (B, L+1)
+        else:
+            mask_lm = mask.float()
+        l_lm = lm_loss(model.next_type_logits(x, past_end=p["eos"]), target, mask_lm)
+        loss = p["w_hom"] * l_hom + p["w_lm"] * (l_lm - p["entropy_alpha"] * entropy) + p["w_dup"] * l_dup
+        return {"loss": loss, "hom": l_hom, "lm": l_lm, "dup": l_dup, "entropy": entropy}
+
     # -- training ---------------------------------------------------------------------------
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         # checkpoints are keyed by the corpus content, the parameters, the seed and this code
@@ -305,25 +339,17 @@ class GradientLMClusterer(Clusterer):
                         d_ex = d_cols[torch.from_numpy(exemplars).to(device)]              # (s, s)
                         scale = float(torch.median(d_ex[~torch.eye(s, dtype=torch.bool, device=device)]))
                         ex_sim = similarity(d_ex, p["dup_similarity"], max(scale, 1e-6))
-                l_hom = hom_loss(p_all, d_cols, p["hom_norm"])
-                l_dup = dup_loss(p_all, ex_sim)
-                entropy = marginal_entropy(p_all)
-                p_seq = p_all[ids.clamp_min(0)] * mask[..., None]
-                target = p_seq.detach() if p["detach_target"] else p_seq
-                if p["eos"]:
-                    target, mask_lm = _with_eos(target, mask)
-                    p_in = torch.cat([p_seq, torch.zeros_like(p_seq[:, :1])], dim=1)
-                else:
-                    mask_lm, p_in = mask.float(), p_seq
-                logits = model.next_type_logits(p_in)
-                l_lm = lm_loss(logits, target, mask_lm)
-                loss = p["w_hom"] * l_hom + p["w_lm"] * (l_lm - p["entropy_alpha"] * entropy) + p["w_dup"] * l_dup
+                # the last step's gradients go before this step's forward, not after it
                 opt.zero_grad()
-                loss.backward()
+                terms = self._loss_terms(model, p_all, ids, mask, d_cols, ex_sim)
+                # only the graph holds the step's (n, s) tensors now: backward frees them as it
+                # goes, and none lives on into the next step (each is 200 MB at 100k tokens, s = 500)
+                del p_all
+                terms["loss"].backward()
                 opt.step()
                 step += 1
                 batches += 1
-                for key, val in (("loss", loss), ("hom", l_hom), ("lm", l_lm), ("dup", l_dup), ("entropy", entropy)):
+                for key, val in terms.items():
                     sums[key] += float(val.detach())
             with torch.no_grad():
                 in_use = int(torch.unique(model.probs(rows, temperature).argmax(1)).numel())
