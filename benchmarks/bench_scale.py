@@ -7,7 +7,8 @@ Renders (or reuses) an Akkadian corpus of --tokens tokens sampled from the cunei
 bigram model and fits one row of params.yaml `runs`: `lm` (merge moves: k-means micro-clusters
 above `max_linkage_tokens`, at most `max_types` of them) or `lm_v1` (the gradient LM, --epochs,
 distances computed on demand for the current exemplars only). Prints the fit time (per epoch
-for lm_v1), peak resident memory, and what the n x n float16 matrix would have needed.
+for lm_v1), peak resident memory, and what the n x n float16 matrix would have needed, beside
+issue 12's targets (peak RSS, and lm_v1's first epoch with its setup).
 """
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ from signclust.data.prepare import build
 from signclust.distances.provider import OnDemandDistances
 from signclust.models.base import FitContext, get_clusterer
 from signclust.models.train import run_config
+
+
+# issue 12's targets at 100 000 tokens: peak resident memory, and lm_v1's first epoch with its setup.
+# The "MB" printed here are ru_maxrss / 1024, i.e. MiB; the issue's "today 4.9 GB" was read off this
+# print, so its "under 4 GB" is 4000 of them (4.19e9 bytes)
+RSS_TARGET_MB = 4000
+FIRST_EPOCH_TARGET_S = 30.0
 
 
 def peak_rss_mb() -> float:
@@ -95,7 +103,10 @@ def main() -> None:
         print(f"model             lm, {info['micro_clusters']} micro-clusters, {info['rounds']} merge rounds")
         print(f"fit time          {fit_s:.1f}s total (setup: features, pair model, micro-clusters "
               f"{info['setup_s']:.1f}s)")
-    print(f"peak RSS          {peak:.0f} MB (after loading the corpus: {rss_after_load:.0f} MB)")
+    print(f"peak RSS          {peak:.0f} MB (after loading the corpus: {rss_after_load:.0f} MB)   "
+          f"(target < {RSS_TARGET_MB} MB)")
+    if args.run == "lm_v1" and epoch_s:
+        print(f"first epoch       {epoch_s[0]:.1f}s with setup   (target < {FIRST_EPOCH_TARGET_S:.0f}s)")
     if args.run == "lm_v1":
         print(f"n x n float16     would need {dense_gb:.1f} GB; never allocated")
     elif n <= model.params["max_linkage_tokens"]:
