@@ -103,8 +103,8 @@ def main() -> None:
         print(f"model             lm, {info['micro_clusters']} micro-clusters, {info['rounds']} merge rounds")
         print(f"fit time          {fit_s:.1f}s total (setup: features, pair model, micro-clusters "
               f"{info['setup_s']:.1f}s)")
-    print(f"peak RSS          {peak:.0f} MB (after loading the corpus: {rss_after_load:.0f} MB)   "
-          f"(target < {RSS_TARGET_MB} MB)")
+    print(f"peak RSS          {peak:.0f} MB = {peak * 2**20 / 1e9:.2f}e9 bytes (after loading the corpus: "
+          f"{rss_after_load:.0f} MB)   (target < {RSS_TARGET_MB} MB)")
     if args.run == "lm_v1" and epoch_s:
         print(f"first epoch       {epoch_s[0]:.1f}s with setup   (target < {FIRST_EPOCH_TARGET_S:.0f}s)")
     if args.run == "lm_v1":

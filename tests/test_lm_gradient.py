@@ -85,8 +85,9 @@ def test_lstm_logits_at_position_t_never_see_token_t_or_later():
 @pytest.mark.parametrize("eos,detach", [(True, True), (False, True), (False, False), (True, False)])
 def test_step_loss_terms_equal_the_soft_type_reference(eos, detach):
     """_loss_terms embeds p_all before gathering the batch (no (B, L, s) copy of p for the LSTM);
-    the loss and S's gradient equal the docstring's reading: p_seq = p[ids] * mask, the input
-    p_seq padded by a zero row when an end class is predicted, x = input @ E, BOS shifted in."""
+    the loss equals the docstring's reading: p_seq = p[ids] * mask, the input
+    p_seq padded by a zero row when an end class is predicted, x = input @ E, BOS shifted in; and so
+    does every parameter's gradient."""
     torch.manual_seed(0)
     n, s = 12, 4
     model = TypeLM(n_rows=n, s=s, d=3, hidden=5, layers=1, dropout=0.0)
@@ -103,8 +104,8 @@ def test_step_loss_terms_equal_the_soft_type_reference(eos, detach):
 
     terms = clusterer._loss_terms(model, model.probs(rows, 1.0), ids, mask, d_cols, ex_sim)
     terms["loss"].backward()
-    grad = model.S.grad.clone()
-    model.S.grad = None
+    grads = {name: q.grad.clone() for name, q in model.named_parameters()}
+    model.zero_grad()
 
     p_all = model.probs(rows, 1.0)
     p_seq = p_all[ids.clamp_min(0)] * mask[..., None]
@@ -124,8 +125,9 @@ def test_step_loss_terms_equal_the_soft_type_reference(eos, detach):
     loss.backward()
     torch.testing.assert_close(terms["lm"], l_lm, rtol=0, atol=1e-6)
     torch.testing.assert_close(terms["loss"], loss, rtol=0, atol=1e-6)
-    torch.testing.assert_close(grad, model.S.grad, rtol=0, atol=1e-6)
-    assert grad.abs().max() > 1e-3
+    for name, q in model.named_parameters():          # S, E, BOS, the LSTM and the head
+        torch.testing.assert_close(grads[name], q.grad, rtol=0, atol=1e-6, msg=f"gradient of {name}")
+        assert grads[name].abs().max() > 1e-4, f"no gradient reaches {name}"
 
 
 def test_with_eos_puts_the_end_class_right_after_each_text():

@@ -59,8 +59,9 @@ class TypeLM(nn.Module):
         """(B, L, d) soft type embeddings x_t = p_t @ E -> (B, L, s_out) logits predicting each
         position from the ones before it.
 
-        past_end: also predict position L (after the last token, where the end-of-text class is):
-        (B, L+1, s_out) logits, the LSTM fed BOS and all L tokens.
+        past_end: also predict position L, one past the last column (the end-of-text class sits
+        right after each text's last token, at L only for a text of full length): (B, L+1, s_out)
+        logits, the LSTM fed BOS and all L tokens.
         """
         x = torch.cat([self.bos.expand(len(x), 1, -1), x if past_end else x[:, :-1]], dim=1)
         h, _ = self.lstm(self.drop(x))
@@ -247,7 +248,7 @@ class GradientLMClusterer(Clusterer):
         l_dup = dup_loss(p_all, ex_sim)
         entropy = marginal_entropy(p_all)
         ids, keep = ids.clamp_min(0), mask[..., None]                  # padding: token 0, weight 0
-        # x_t = p_t @ E, embedded before the gather: no (B, L, s) copy of p for autograd to keep
+        # x_t = p_t @ E, embedded before the gather: autograd saves no (B, L, s) copy of p
         x = (p_all @ model.E)[ids] * keep                                 # (B, L, d)
         if p["detach_target"]:
             with torch.no_grad():
