@@ -250,11 +250,8 @@ class GradientLMClusterer(Clusterer):
         ids, keep = ids.clamp_min(0), mask[..., None]                  # padding: token 0, weight 0
         # x_t = p_t @ E, embedded before the gather: autograd saves no (B, L, s) copy of p
         x = (p_all @ model.E)[ids] * keep                                 # (B, L, d)
-        if p["detach_target"]:
-            with torch.no_grad():
-                target = p_all[ids] * keep                               # (B, L, s)
-        else:
-            target = p_all[ids] * keep
+        with torch.set_grad_enabled(not p["detach_target"]):           # a detached target needs no graph
+            target = p_all[ids] * keep                                   # (B, L, s)
         if p["eos"]:
             target, mask_lm = _with_eos(target, mask)                    # (B, L+1, s+1), (B, L+1)
         else:

@@ -197,10 +197,9 @@ def main(argv=None):
                     "the check's subset)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    if args.seeds is not None and args.out is None:
-        raise UserError("--seeds makes another study than the committed paper check: give it its own --out")
-    if args.preset is not None and args.out is None:
-        raise UserError("--preset makes another study than the committed paper check: give it its own --out")
+    for flag, value in (("--seeds", args.seeds), ("--preset", args.preset)):
+        if value is not None and args.out is None:
+            raise UserError(f"{flag} makes another study than the committed paper check: give it its own --out")
     if args.subset is not None and args.preset is None:
         raise UserError("--subset goes with --preset (the committed checks keep their own subsets)")
     if args.subset is not None and args.subset < 0:
