@@ -18,7 +18,7 @@ from test_baselines_a import glyph_corpus
 from signclust.evaluation.metrics import score
 from signclust.models.base import FitContext, get_clusterer
 from signclust.models.baselines import twostage
-from signclust.models.baselines.twostage import NormFCHead, iic_loss
+from signclust.models.baselines.twostage import NormFCHead, head_tau, iic_loss
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +63,31 @@ def test_initial_head_is_confident_enough_for_iic_to_train():
     assert mi["row"] > 3 * mi["column"] and mi["row"] > 0.04     # measured: 0.065 vs 0.010
 
 
+def logit_rms(head: NormFCHead, v: torch.Tensor) -> float:
+    """RMS of the head's logits v . W_n / tau_c (the softmax's input)."""
+    w = torch.nn.functional.normalize(head.weight, dim=head.norm_dim)
+    return float((v @ w / head.tau).pow(2).mean().sqrt())
+
+
+def test_head_tau_holds_the_released_logit_scale_at_every_k():
+    """A row-normalised head's class columns have norm ~ sqrt(dim / K): at the released tau_c
+    0.1 the logits shrink by sqrt(10 / K), to a fifth at lineara's K = 317. ``head_tau``
+    scales tau_c by sqrt(10 / K), so the logit scale stays the released K = 10 run's (within
+    sampling noise), and it is exactly the configured tau_c at K = 10."""
+    assert head_tau(0.1, 10, 10) == 0.1
+    assert head_tau(0.1, 10, 40) == pytest.approx(0.05)
+    assert head_tau(0.1, 0, 317) == 0.1 and head_tau(0.1, 10, 317, "column") == 0.1
+    dim = 128
+    v = torch.nn.functional.normalize(torch.randn(512, dim, generator=torch.Generator().manual_seed(0)), dim=1)
+
+    def rms(k, tau):
+        return logit_rms(NormFCHead(dim, k, tau, torch.Generator().manual_seed(1)), v)
+    released = rms(10, 0.1)
+    for k in (53, 317, 1000):
+        assert rms(k, head_tau(0.1, 10, k)) == pytest.approx(released, rel=0.1)
+        assert rms(k, 0.1) < 0.5 * released                     # fixed tau_c: flatter logits
+
+
 def test_stage2_heads_stay_fixed_and_outside_the_optimiser(monkeypatch):
     made, optimised = [], []
     real_head, real_sgd = twostage.NormFCHead, torch.optim.SGD
@@ -84,6 +109,7 @@ def test_stage2_heads_stay_fixed_and_outside_the_optimiser(monkeypatch):
         glyph_corpus(n_per=8), FitContext(seed=0, n_clusters=3, progress=False, device="cpu"))
     assert len(made) == 2
     for head, init in made:
+        assert head.tau == head_tau(0.1, 10, 3)          # the K-scaled tau_c reaches the heads
         assert id(head.weight) not in optimised
         assert torch.equal(head.weight.detach(), init)
 

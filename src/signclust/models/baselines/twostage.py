@@ -24,10 +24,12 @@ out, so there are none here.
 Differences from the authors' code, kept small: a small CNN instead of ResNet-18 with a
 Sobel branch; memory initialised from the untrained network's embedding rather than noise;
 each token's memory slot updated with the mean of its two views; stage-2 lr 0.1 instead of
-0.01 (CPU-sized epochs).
+0.01 (CPU-sized epochs); tau_c scaled by sqrt(10 / K) (``head_tau``), so that a head of K sign
+classes has the logit scale of the released K = 10 run (at K = 10 it is the released 0.1).
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -105,6 +107,22 @@ class NormFCHead(nn.Module):
 
     def forward(self, v):
         return F.softmax(v @ F.normalize(self.weight, dim=self.norm_dim) / self.tau, dim=1)
+
+
+def head_tau(tau: float, reference_k: int, k: int, norm: str = "row") -> float:
+    """tau_c for a K-class row-normalised head: ``tau`` x sqrt(reference_k / K).
+
+    A row-normalised (dim, K) weight has class columns of norm about sqrt(dim / K) (see
+    ``NormFCHead``), so at a fixed tau_c the logits flatten as K grows: the released run's
+    tau_c 0.1 at K = 10 gives a logit scale of sqrt(128 / 10) / 0.1 = 36 at dim 128, and at
+    K = 317 only 6: the soft assignments flatten and the native argmax uses fewer classes than
+    the embedding separates. Scaling tau_c by sqrt(reference_k / K) holds the released scale at
+    every K and is exactly ``tau`` at K = reference_k (the paper's 10). A column-normalised
+    head (unit class columns) has no such dependence; ``reference_k`` 0 switches it off.
+    """
+    if reference_k <= 0 or norm != "row":
+        return float(tau)
+    return float(tau) * math.sqrt(reference_k / k)
 
 
 class _Encoder(nn.Module):
@@ -200,7 +218,10 @@ class TwoStage(Baseline):
         "stage2_lr": Param(0.1, float, gt=0, doc="stage-2 learning rate (the paper's 0.01 is for 300 "
                                                  "epochs: in 15 the IIC heads barely train)"),
         "stage2_lr_milestones": Param([], list, item=int, min=0, doc="x0.1 at each stage-2 epoch listed"),
-        "head_temperature": Param(0.1, float, gt=0, doc="tau_c of the Norm-FC head"),
+        "head_temperature": Param(0.1, float, gt=0, doc="tau_c of the Norm-FC head at head_reference_k classes"),
+        "head_reference_k": Param(10, int, min=0,
+                                  doc="tau_c scales as sqrt(head_reference_k / K), holding the released "
+                                      "run's logit scale (K = 10) at any K; 0: tau_c fixed"),
         "cp_weight": Param(1.0, float, min=0, doc="lambda: weight of the consistency-preserving loss"),
         "n_heads": Param(5, int, min=1, doc="sub-heads trained together (the best is kept)"),
         "train_heads": Param(False, bool, doc="train the Norm-FC weights (the paper's code and "
@@ -255,8 +276,8 @@ class TwoStage(Baseline):
         heads, head_loss = None, np.zeros(p["n_heads"])
 
         def stage2_setup():
-            heads = nn.ModuleList([NormFCHead(p["dim"], k, p["head_temperature"], gen, p["head_norm"],
-                                              p["train_heads"])
+            tau_c = head_tau(p["head_temperature"], p["head_reference_k"], k, p["head_norm"])
+            heads = nn.ModuleList([NormFCHead(p["dim"], k, tau_c, gen, p["head_norm"], p["train_heads"])
                                    for _ in range(p["n_heads"])]).to(device)
             params = list(net.parameters()) + (list(heads.parameters()) if p["train_heads"] else [])
             opt = torch.optim.SGD(params, lr=p["stage2_lr"], momentum=p["momentum"],
