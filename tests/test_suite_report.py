@@ -69,6 +69,17 @@ def test_missing_metrics_is_one_error_unless_partial(tmp_path):
         "0.900 ± 0.000 | `jule` 0.950 | +0.080 |" in full and "so far" not in full and (tmp_path / "full.png").stat().st_size > 0
 
 
+def test_bold_marks_the_best_v_of_each_corpus_row(tmp_path):
+    """Ours is bold where it is the best; where a deep baseline beats it, the baseline's V is."""
+    folder = _write(tmp_path / "m")
+    doc = json.loads((folder / "jule_a_hands.json").read_text())
+    doc["mean"]["v_measure"] = 0.85                                   # above lm's 0.80
+    (folder / "jule_a_hands.json").write_text(json.dumps(doc))
+    text = suite.build(CFG, folder, tmp_path / "s.md", None)
+    assert "| a_free | 10 | **0.980 ± 0.000** | 10 | 0.900 ± 0.000 | `jule` 0.950 | +0.080 |" in text
+    assert "| a_hands | 10 | 0.800 ± 0.000 | 13 | 0.760 ± 0.000 | `jule` **0.850** | +0.040 |" in text
+
+
 def test_partial_still_needs_ours_and_the_references(tmp_path):
     folder = _write(tmp_path / "m", skip={("ward_pixels", "a_hands")})
     with pytest.raises(UserError, match="ward_pixels_a_hands.json"):

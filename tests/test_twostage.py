@@ -109,7 +109,7 @@ def test_stage2_heads_stay_fixed_and_outside_the_optimiser(monkeypatch):
         glyph_corpus(n_per=8), FitContext(seed=0, n_clusters=3, progress=False, device="cpu"))
     assert len(made) == 2
     for head, init in made:
-        assert head.tau == head_tau(0.1, 10, 3)          # the K-scaled tau_c reaches the heads
+        assert head.tau == pytest.approx(0.1 * (10 / 3) ** 0.5)   # the K-scaled tau_c reaches the heads
         assert id(head.weight) not in optimised
         assert torch.equal(head.weight.detach(), init)
 

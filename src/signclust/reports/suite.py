@@ -192,6 +192,7 @@ def markdown(docs: dict, cfg: dict, seeds: dict[str, str], side: dict) -> str:
              "built-in corpora. Seeds per row: "
              + ", ".join(f"`{r}` {n}" for r, n in seeds.items()) + ".", "",
              "## Ours beside the references", "",
+             "Bold: the best V of the corpus's row (ours, a reference or the best deep baseline).", "",
              f"| corpus | K true | `{ours}` V | K found | " + " | ".join(f"`{r}` V" for r in refs)
              + " | best deep baseline (given K) | margin over `" + cfg["targets"]["margin_over"] + "` |",
              "|---|---:|---:|---:|" + "---:|" * len(refs) + "---|---:|"]
@@ -201,10 +202,16 @@ def markdown(docs: dict, cfg: dict, seeds: dict[str, str], side: dict) -> str:
                       f"out: {', '.join(f'`{r}`' for r in left_out)}. The full `dvc repro` writes them all.", ""]
     for c in every:
         d = docs[ours, c]
-        best = "`{}` {:.3f}".format(*best_of(docs, deep, c)) if deep else "– (not run)"
+        deep_run, deep_v = best_of(docs, deep, c) if deep else (None, -np.inf)
+        top = max([mean(d), deep_v] + [mean(docs[r, c]) for r in refs])
+
+        def bold(text: str, v: float) -> str:
+            return f"**{text}**" if v == top else text
+        best = f"`{deep_run}` {bold(f'{deep_v:.3f}', deep_v)}" if deep else "– (not run)"
         margin = mean(d) - mean(docs[cfg["targets"]["margin_over"], c])
-        lines.append(f"| {c} | {d['k_true']} | **{_v(d)}** | {d['mean']['k_found']:.0f} | "
-                     + " | ".join(_v(docs[r, c]) for r in refs) + f" | {best} | {margin:+.3f} |")
+        lines.append(f"| {c} | {d['k_true']} | {bold(_v(d), mean(d))} | {d['mean']['k_found']:.0f} | "
+                     + " | ".join(bold(_v(docs[r, c]), mean(docs[r, c])) for r in refs)
+                     + f" | {best} | {margin:+.3f} |")
     lines += ["", "## Every row, suite mean and per regime", "",
               "| row | suite mean V | free | hands | handwriting | " + " | ".join(cfg["builtin"]) + " |",
               "|---|---:|---:|---:|---:|" + "---:|" * len(cfg["builtin"])]

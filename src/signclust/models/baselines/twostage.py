@@ -220,8 +220,8 @@ class TwoStage(Baseline):
         "stage2_lr_milestones": Param([], list, item=int, min=0, doc="x0.1 at each stage-2 epoch listed"),
         "head_temperature": Param(0.1, float, gt=0, doc="tau_c of the Norm-FC head at head_reference_k classes"),
         "head_reference_k": Param(10, int, min=0,
-                                  doc="tau_c scales as sqrt(head_reference_k / K), holding the released "
-                                      "run's logit scale (K = 10) at any K; 0: tau_c fixed"),
+                                  doc="row-normalised head: tau_c scales as sqrt(head_reference_k / K), holding "
+                                      "the released run's logit scale (K = 10) at any K; 0: tau_c fixed"),
         "cp_weight": Param(1.0, float, min=0, doc="lambda: weight of the consistency-preserving loss"),
         "n_heads": Param(5, int, min=1, doc="sub-heads trained together (the best is kept)"),
         "train_heads": Param(False, bool, doc="train the Norm-FC weights (the paper's code and "
