@@ -65,14 +65,15 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
     if clean:
         raise UserError(f"{name}: a clean corpus (its sign images recur exactly): lm fits no pair model there")
     labels = corpus.labels()                                        # (n,) integer codes 0..K-1
-    cfg = clusterer.cfg
-    pair = lm.corpus_pair_model(x, texts, cfg.pair_ratio, seed)
+    # lm's own pair model: the one of the ratio test its selection keeps (LMSignClusterer.select)
+    ratio = clusterer.select(x, texts, corpus.image_index(), ctx, 0.0).info["pair_ratio"]
+    pair = lm.corpus_pair_model(x, texts, ratio, seed)
     truth = lm.refit_pair_model(x, labels, texts, seed)
     if pair is None or truth is None:
         raise UserError(f"{name}: too few texts of 3+ tokens to fit a pair model")
-    n_pos, precision = positives_precision(x, texts, labels, cfg.pair_ratio)
+    n_pos, precision = positives_precision(x, texts, labels, ratio)
     tree = linkage(x, "average")
-    out = {"k_true": int(labels.max()) + 1, "texts": len(texts), "positives": n_pos, "precision": precision,
+    out = {"k_true": int(labels.max()) + 1, "texts": len(texts), "ratio": ratio, "positives": n_pos, "precision": precision,
            "even_odds": pair.even_odds, "even_odds_true": truth.even_odds}
     for key, model in (("ours", pair), ("true", truth)):
         z = fcluster(tree, model.even_odds, "distance") - 1
@@ -99,17 +100,18 @@ def markdown(rows: dict, seed: int) -> str:
              f"Written by `scripts/pair_model_calibration.py` (seed {seed}, `runs.lm` as configured). "
              "lm's micro-clusters are an average-linkage cut at the distance where its pair model's odds "
              "are even; the merges only join them. *Positives* are the pairs the pair model is fitted on "
-             "(within-text mutual nearest neighbours passing the ratio test), *precision* the share of them "
+             "(within-text mutual nearest neighbours passing the ratio test; *ratio*: the test of the fit lm's "
+             "selection keeps), *precision* the share of them "
              "that show one sign. *True-pair fit*: the same balanced logistic fit made from the true "
              "within-text pairs (same sign against different signs), a reference that needs labels; "
              "nothing in lm reads it. *lm K, V*: lm's types from the same features, micro-clusters and merges "
              "with each pair model (with ours: lm's own fit at this seed).", "",
-             "| corpus | K true | positives | precision | even odds: ours | true-pair fit | micro K: ours | "
+             "| corpus | K true | ratio | positives | precision | even odds: ours | true-pair fit | micro K: ours | "
              "at the true-pair fit | micro V: ours | at the true-pair fit | lm K: ours | at the true-pair fit | "
              "lm V: ours | at the true-pair fit |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows.items():
-        lines.append(f"| {name} | {r['k_true']} | {r['positives']} | {r['precision']:.2f} | {r['even_odds']:.3f} | "
+        lines.append(f"| {name} | {r['k_true']} | {r['ratio']:g} | {r['positives']} | {r['precision']:.2f} | {r['even_odds']:.3f} | "
                      f"{r['even_odds_true']:.3f} | {r['micro_k_ours']} | {r['micro_k_true']} | "
                      f"{r['micro_v_ours']:.3f} | {r['micro_v_true']:.3f} | {r['lm_k_ours']} | {r['lm_k_true']} | "
                      f"{r['lm_v_ours']:.3f} | {r['lm_v_true']:.3f} |")

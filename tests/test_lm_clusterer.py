@@ -13,7 +13,7 @@ from sklearn.metrics import v_measure_score
 from signclust.data.corpus import Corpus
 from signclust.errors import UserError
 from signclust.models import lm_clusterer as L
-from signclust.models.base import FitContext, get_clusterer
+from signclust.models.base import ClusterResult, FitContext, get_clusterer
 
 from conftest import SHAPES, draw_shape
 
@@ -227,6 +227,10 @@ def test_ink_and_size_of_the_images_do_not_change_the_result(tiny_corpus):
 def test_parameters_are_checked():
     with pytest.raises(UserError, match="lm.context_beta"):
         get_clusterer("lm", context_beta=0.0)
+    with pytest.raises(UserError, match=r"lm.pair_ratios: \[\] is not allowed"):
+        get_clusterer("lm", pair_ratios=[])
+    with pytest.raises(UserError, match="lm.pair_ratios"):
+        get_clusterer("lm", pair_ratios=[0.8, 1.5])
     with pytest.raises(UserError, match="unknown parameter"):
         get_clusterer("lm", epochs=3)
     assert get_clusterer("lm").cfg == L.LMConfig()
@@ -642,3 +646,80 @@ def test_apply_merges_relabels_the_second_type_of_each_pair():
     z = np.array([0, 1, 2, 3, 4, 1, 3])
     assert apply_merges(z, [(2, 3), (0, 1)], 5).tolist() == [0, 0, 2, 2, 4, 0, 2]
     assert apply_merges(z, [], 5).tolist() == z.tolist()
+
+
+# -- the selection among ratio tests (a noisy corpus) -----------------------------------------------
+
+def test_neighbour_evidence_is_the_sequential_predictive_probability_of_the_neighbours():
+    rng = np.random.default_rng(1)
+    z, symbols = rng.integers(0, 3, 12), rng.integers(0, 2, 12)
+    texts = [np.arange(0, 5), np.arange(5, 12)]
+    beta = 0.7
+    freq = np.r_[np.bincount(symbols, minlength=2), len(texts)].astype(float)    # symbols 0, 1; boundary 2
+    alpha = beta * 3 * freq / freq.sum()
+    total = 0.0
+    for side in (-1, 1):                     # each type and side predicts its neighbours one by one
+        seen = {}
+        for t in texts:
+            for pos, i in enumerate(t):
+                j = pos + side
+                sym = symbols[t[j]] if 0 <= j < len(t) else 2
+                counts = seen.setdefault(z[i], np.zeros(3))
+                total += math.log((alpha[sym] + counts[sym]) / (alpha.sum() + counts.sum()))
+                counts[sym] += 1
+    assert L.neighbour_evidence(z, texts, symbols, beta) == pytest.approx(total, rel=1e-12)
+
+
+def test_neighbour_evidence_prefers_the_types_the_neighbours_follow():
+    # signs 0, 1, 2 in cycles; each token's symbol is its sign's: the true types predict every
+    # neighbour, one type predicts none, and each type split at random in two predicts as well
+    # from half the counts
+    rng = np.random.default_rng(0)
+    texts, z = [], []
+    for t in range(20):
+        start = int(rng.integers(3))
+        texts.append(np.arange(30 * t, 30 * t + 30))
+        z += [(start + p) % 3 for p in range(30)]
+    truth = np.array(z)
+    split = truth * 2 + rng.integers(0, 2, len(truth))
+
+    def evidence(types):
+        return L.neighbour_evidence(types, texts, truth, 1.0)
+    assert evidence(truth) > evidence(split) > evidence(np.zeros_like(truth))
+
+
+def test_fit_keeps_the_ratio_whose_types_have_the_highest_evidence(monkeypatch):
+    corpus = free_variation_corpus(n_texts=4, length=6)
+    x = np.random.default_rng(0).normal(size=(corpus.n_tokens, 3))
+    texts = [t for t in corpus.texts() if len(t)]
+    monkeypatch.setattr(L.LMSignClusterer, "features", lambda self, c, ctx: (x, texts, False))
+    tried = []
+    monkeypatch.setattr(L, "corpus_pair_model", lambda x_, t_, ratio, seed: tried.append(ratio) or ratio)
+
+    graphs = []
+
+    def cluster(self, x_, t_, clean, image_index, pair, ctx, t0=None, graph=None):   # K = 10 x the ratio
+        assert ctx.log_metrics is None and not clean                        # candidates log nothing
+        graphs.append(graph)
+        k = round(pair * 10)
+        return ClusterResult(np.arange(len(x_)) % k, x_, {"k_found": k, "history": [
+            {"round": 1, "types": k + 1, "merges": 1}, {"round": 2, "types": k, "merges": 1}]})
+    monkeypatch.setattr(L.LMSignClusterer, "cluster", cluster)
+    evidence = {7: -5.0, 8: -1.0, 9: -1.0, 10: -2.0}                        # 0.8 and 0.9 tie
+    monkeypatch.setattr(L, "neighbour_evidence", lambda z, t_, symbols, beta: evidence[int(z.max()) + 1])
+    logged = []
+    ctx = FitContext(seed=0, progress=False, log_metrics=lambda metrics, step: logged.append((metrics, step)))
+    result = get_clusterer("lm").fit(corpus, ctx)
+    assert tried == [0.7, 0.8, 0.9, 1.0]
+    assert graphs[0] is not None and all(g is graphs[0] for g in graphs)   # one kNN graph for all four
+    assert result.info["pair_ratio"] == 0.8 and result.k_found == 8         # the best; the first of a tie
+    assert [(s["pair_ratio"], s["k"], s["evidence"]) for s in result.info["selection"]] == [
+        (0.7, 7, -5.0), (0.8, 8, -1.0), (0.9, 9, -1.0), (1.0, 10, -2.0)]
+    assert logged == [({"types": 9, "merges": 1}, 1), ({"types": 8, "merges": 1}, 2)]   # the kept fit's rounds
+
+
+def test_a_clean_corpus_makes_one_fit_without_a_pair_model(monkeypatch):
+    tried = []
+    monkeypatch.setattr(L, "corpus_pair_model", lambda *a: tried.append(a) or None)
+    result = fit(free_variation_corpus(n_texts=6))
+    assert tried == [] and "selection" not in result.info and result.info["pair_model"] is None

@@ -33,9 +33,17 @@ larger of the two readings when its types avoid each other's texts (``avoidance`
 Poisson spread over texts below ``-avoid_c0`` nats) -- the complementary distribution that marks
 the forms of one sign by different hands. Pairs that share texts keep the current-type contexts.
 
-``fit`` starts from visual micro-clusters and merges greedily (the best disjoint pairs first,
+``cluster`` starts from visual micro-clusters and merges greedily (the best disjoint pairs first,
 a few per cent of the types per round) while the gain is positive. K, the number of types, is
 where that stops: it is never given and no distance threshold is set by hand.
+
+On a noisy corpus the pair model (below) is fitted on the pairs that pass a ratio test, and how
+strict that test is sets how fine the micro-clusters are and how much a close pair counts: an
+alphabet, whose signs recur in every text, wants a loose test; a script of hundreds of signs,
+where a token's nearest neighbour in its text is often another sign, a strict one. ``fit`` makes
+one fit per ratio in ``pair_ratios`` and keeps the one whose types best predict their neighbours'
+hand-invariant symbols (``neighbour_evidence``: L_LM over symbols that stay fixed, so fits with
+different K are scored on the same data).
 
 The visual side, all label-free and fitted per corpus:
 - features: normalised glyphs (ink, position, size removed) and their stroke skeletons
@@ -70,6 +78,7 @@ from scipy.special import gammaln
 
 from signclust.data.corpus import Corpus
 from signclust.data.glyphs import normalize_glyphs, skeleton_glyphs
+from signclust.errors import UserError
 from signclust.models.base import ClusterResult, Clusterer, FitContext, register
 from signclust.models.merging import apply_merges, disjoint_best
 from signclust.models.params import config_field, params_of
@@ -90,8 +99,13 @@ class LMConfig:
     # micro-clusters and the pair model
     clean_share: float = config_field(0.5, float, gt=0, max=1,
                                       doc="distinct images / tokens at or below this: a clean corpus")
-    pair_ratio: float = config_field(0.8, float, gt=0, max=1,
-                                     doc="a within-text nearest neighbour this much nearer than the 2nd is a pair")
+    pair_ratios: list = config_field([0.7, 0.8, 0.9, 1.0], list, item=float, gt=0, max=1,
+                                     doc="noisy corpus: one fit per ratio test (a within-text nearest neighbour this "
+                                         "much nearer than the 2nd is a pair); the selection keeps one")
+    select_symbols: int = config_field(10, int, min=1,
+                                       doc="noisy corpus: the selection's neighbour symbols (a Ward cut into this many)")
+    select_beta: float = config_field(1.0, float, gt=0,
+                                      doc="the selection's Dirichlet concentration per neighbour symbol")
     max_linkage_tokens: int = config_field(20000, int, min=2,
                                            doc="above this, micro-clusters come from k-means (tokens / 8)")
     max_types: int = config_field(4000, int, min=2,
@@ -362,6 +376,18 @@ def lm_gain(left: np.ndarray, right: np.ndarray, alpha: np.ndarray, u: np.ndarra
     return bf(left) + bf(right)
 
 
+def neighbour_evidence(z: np.ndarray, texts: list[np.ndarray], symbols: np.ndarray, beta: float) -> float:
+    """log P(every token's left and right neighbour symbol | the types z), in nats: L_LM read over
+    fixed symbols (``symbols``, one per token), a Dirichlet-multinomial per type and side with
+    ``context_prior`` (beta per symbol on average). The symbols do not change with z, so fits with
+    other numbers of types predict the same data and compare: too many types spread the counts
+    thin, two signs in one type blur their neighbours."""
+    k, k_s = int(z.max()) + 1, int(symbols.max()) + 1
+    left, right = context_counts(z, texts, k, symbols, k_s)                              # (k, k_s+1)
+    alpha = context_prior(symbols, len(texts), k_s, beta)
+    return float(log_dm(left, alpha).sum() + log_dm(right, alpha).sum())
+
+
 def hom_gain(x: np.ndarray, z: np.ndarray, k: int, pair: PairModel, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """dL_hom: the pair model's log-odds at the RMS distance between the two types' tokens."""
     size = np.bincount(z, minlength=k).astype(np.float64)
@@ -503,28 +529,66 @@ class LMSignClusterer(Clusterer):
             feats = with_encoder(feats, images, cfg, ctx)
         return text_centre(feats[corpus.image_index()], text_index, cfg.text_centring), texts, clean   # (n, D)
 
+    def validate(self) -> None:
+        if not self.params["pair_ratios"]:
+            raise UserError("lm.pair_ratios: [] is not allowed (expected at least one ratio, e.g. [0.8])")
+
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         t0 = time.time()
         x, texts, clean = self.features(corpus, ctx)
-        pair = None if clean else corpus_pair_model(x, texts, self.cfg.pair_ratio, ctx.seed)
-        return self.cluster(x, texts, clean, corpus.image_index(), pair, ctx, t0)
+        if clean:
+            return self.cluster(x, texts, clean, corpus.image_index(), None, ctx, t0)
+        return self.select(x, texts, corpus.image_index(), ctx, t0)
+
+    def select(self, x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray, ctx: FitContext,
+               t0: float) -> ClusterResult:
+        """A noisy corpus: one fit per ratio test in ``pair_ratios`` (each its own pair model, so its
+        own micro-clusters and merge evidence), and the one whose types best predict their
+        neighbours' symbols (``neighbour_evidence``) is kept; the first wins a tie. The
+        candidates' merge rounds are logged for the kept fit only."""
+        cfg = self.cfg
+        graph = self.graph(x, ctx.seed)
+        symbols = graph[1] if cfg.select_symbols == cfg.coarse_contexts else \
+            coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, ctx.seed)
+        quiet = dataclasses.replace(ctx, log_metrics=None)
+        best, tried = None, []
+        for ratio in cfg.pair_ratios:
+            result = self.cluster(x, texts, False, image_index, corpus_pair_model(x, texts, ratio, ctx.seed),
+                                  quiet, t0, graph)
+            evidence = neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)
+            tried.append({"pair_ratio": ratio, "k": result.info["k_found"], "evidence": evidence})
+            if best is None or evidence > best[0]:
+                best = (evidence, ratio, result)
+        _, ratio, result = best
+        result.info.update(pair_ratio=ratio, selection=tried, seconds_fit=time.time() - t0)
+        if ctx.log_metrics:
+            for row in result.info["history"]:
+                ctx.log_metrics({k: v for k, v in row.items() if k != "round"}, row["round"])
+        return result
+
+    def graph(self, x: np.ndarray, seed: int) -> tuple[tuple, np.ndarray | None]:
+        """What the merges of a noisy corpus read besides the types, the same for every pair model:
+        the token kNN graph's edges (i, j, d) and the coarse context symbols (None when off)."""
+        from sklearn.neighbors import NearestNeighbors
+        cfg = self.cfg
+        kn = min(cfg.candidates, len(x) - 1)
+        dist, nb = NearestNeighbors(n_neighbors=kn + 1).fit(x).kneighbors(x)
+        edges = (np.repeat(np.arange(len(x)), kn), nb[:, 1:].ravel(), dist[:, 1:].ravel())
+        coarse = coarse_symbols(x, cfg.coarse_contexts, cfg.max_linkage_tokens, seed) if cfg.coarse_contexts else None
+        return edges, coarse
 
     def cluster(self, x: np.ndarray, texts: list[np.ndarray], clean: bool, image_index: np.ndarray,
-                pair: PairModel | None, ctx: FitContext, t0: float | None = None) -> ClusterResult:
+                pair: PairModel | None, ctx: FitContext, t0: float | None = None,
+                graph: tuple | None = None) -> ClusterResult:
         """The types from the visual side (``features``) and a pair model: micro-clusters, then the
-        merges. ``fit`` passes the corpus-fitted pair model; a diagnosis may pass another
-        (scripts/pair_model_calibration.py passes the true pairs' fit)."""
+        merges. ``select`` passes each candidate pair model and the ``graph`` they share; a diagnosis
+        may pass another model (scripts/pair_model_calibration.py passes the true pairs' fit)."""
         cfg, t0 = self.cfg, time.time() if t0 is None else t0
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
         k0 = int(z.max()) + 1
         coarse = None
         if pair is not None:
-            from sklearn.neighbors import NearestNeighbors
-            kn = min(cfg.candidates, len(x) - 1)
-            dist, nb = NearestNeighbors(n_neighbors=kn + 1).fit(x).kneighbors(x)
-            self.edges = (np.repeat(np.arange(len(x)), kn), nb[:, 1:].ravel(), dist[:, 1:].ravel())
-        if cfg.coarse_contexts and pair is not None:
-            coarse = coarse_symbols(x, cfg.coarse_contexts, cfg.max_linkage_tokens, ctx.seed)
+            self.edges, coarse = graph if graph is not None else self.graph(x, ctx.seed)
         setup_s = time.time() - t0
         history = []
         for refit in range(cfg.refits + 1 if pair is not None else 1):    # no pair model: nothing to refit
