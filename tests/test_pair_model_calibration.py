@@ -48,17 +48,17 @@ def test_lm_with_its_own_pair_model_is_lms_fit(tiny_corpus):
 
 
 def test_table_on_known_numbers():
-    rows = {"a_hands": {"k_true": 41, "texts": 70, "positives": 650, "precision": 0.98, "even_odds": 0.672,
+    rows = {"a_hands": {"k_true": 41, "texts": 70, "ratio": 0.7, "positives": 650, "precision": 0.98, "even_odds": 0.672,
                         "even_odds_true": 0.808, "micro_k_ours": 155, "micro_k_true": 81,
                         "micro_v_ours": 0.842, "micro_v_true": 0.894, "lm_k_ours": 79, "lm_k_true": 39,
                         "lm_v_ours": 0.958, "lm_v_true": 0.964},
-            "b_hands": {"k_true": 317, "texts": 1659, "positives": 963, "precision": 0.684, "even_odds": 0.952,
+            "b_hands": {"k_true": 317, "texts": 1659, "ratio": 1.0, "positives": 963, "precision": 0.684, "even_odds": 0.952,
                         "even_odds_true": 0.852, "micro_k_ours": 230, "micro_k_true": 469,
                         "micro_v_ours": 0.748, "micro_v_true": 0.778, "lm_k_ours": 167, "lm_k_true": 300,
                         "lm_v_ours": 0.726, "lm_v_true": 0.764}}
     text = calib.markdown(rows, 0)
-    assert "| a_hands | 41 | 650 | 0.98 | 0.672 | 0.808 | 155 | 81 | 0.842 | 0.894 | 79 | 39 | 0.958 | 0.964 |" in text
-    assert "| b_hands | 317 | 963 | 0.68 | 0.952 | 0.852 | 230 | 469 | 0.748 | 0.778 | 167 | 300 | 0.726 | 0.764 |" in text
+    assert "| a_hands | 41 | 0.7 | 650 | 0.98 | 0.672 | 0.808 | 155 | 81 | 0.842 | 0.894 | 79 | 39 | 0.958 | 0.964 |" in text
+    assert "| b_hands | 317 | 1 | 963 | 0.68 | 0.952 | 0.852 | 230 | 469 | 0.748 | 0.778 | 167 | 300 | 0.726 | 0.764 |" in text
     assert "With our pair model, lm's K is within ±20% of K true on 0 of 2 corpora; its mean V is 0.842." in text
     assert ("At the true-pair fit, lm's K is within ±20% of K true on 2 of 2 corpora (a_hands, b_hands); "
             "its mean V is 0.864.") in text

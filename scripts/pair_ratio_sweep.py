@@ -1,0 +1,135 @@
+"""How strict lm's pair model should be, per corpus, and what its selection keeps (issue 9).
+
+    .venv/bin/python scripts/pair_ratio_sweep.py          # -> reports/pair_ratio_sweep.md
+    .venv/bin/python scripts/pair_ratio_sweep.py --corpora latin_hands lineara --out /tmp/s.md
+
+On a noisy corpus lm's pair model is fitted on the within-text nearest neighbours that pass a
+ratio test, and ``fit`` makes one fit per ratio in ``pair_ratios`` and keeps the one whose types
+best predict their neighbours' symbols (``LMSignClusterer.select``). This script fits every ratio
+of ``--ratios`` (wider than ``pair_ratios``) on the same features, seed and kNN graph as ``fit``
+and writes, per corpus, K and V-measure at each ratio, the ratio the selection keeps, and the
+ratio with the best V (a labelled reference that nothing in lm reads). The labels are used only to
+score. Corpora not in ``data/corpora`` (the held-out scripts) are built in memory by the suite's
+builder, as scripts/heldout_scripts.py does.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from signclust.config import load_params  # noqa: E402
+from signclust.data import suite  # noqa: E402
+from signclust.data.corpus import Corpus, is_corpus_folder  # noqa: E402
+from signclust.errors import UserError, cli_main  # noqa: E402
+from signclust.evaluation.metrics import score  # noqa: E402
+from signclust.io import atomic_write_text  # noqa: E402
+from signclust.models import lm_clusterer as lm  # noqa: E402
+from signclust.models.base import FitContext, get_clusterer  # noqa: E402
+from signclust.models.train import run_config  # noqa: E402
+
+DEFAULT_RATIOS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def sweep(corpus: Corpus, row_cfg: dict, ratios: list[float], seed: int) -> dict:
+    """One corpus: K, V and the selection's evidence at each ratio; the ratio ``fit`` keeps."""
+    clusterer = get_clusterer("lm", **row_cfg)
+    cfg = clusterer.cfg
+    ctx = FitContext(seed=seed, progress=False)
+    x, texts, clean = clusterer.features(corpus, ctx)
+    if clean:
+        raise UserError("a clean corpus (its sign images recur exactly): lm fits no pair model there")
+    labels = corpus.labels()
+    graph = clusterer.graph(x, seed)
+    symbols = graph[1] if cfg.select_symbols == cfg.coarse_contexts else \
+        lm.coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, seed)
+    rows = []
+    for ratio in ratios:
+        result = clusterer.cluster(x, texts, False, corpus.image_index(),
+                                   lm.corpus_pair_model(x, texts, ratio, seed), ctx, graph=graph)
+        rows.append({"ratio": ratio, "k": int(result.k_found),
+                     "v": float(score(labels, result.labels)["v_measure"]),
+                     "evidence": lm.neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)})
+    candidates = [r for r in rows if r["ratio"] in cfg.pair_ratios]
+    kept = max(candidates, key=lambda r: r["evidence"]) if candidates else None   # first of a tie, as fit
+    return {"k_true": int(labels.max()) + 1, "rows": rows, "kept": kept["ratio"] if kept else None,
+            "best_v": max(rows, key=lambda r: r["v"])["ratio"], "pair_ratios": list(cfg.pair_ratios)}
+
+
+def load_corpus(name: str, prepare_params: dict) -> Corpus:
+    folder = REPO / "data" / "corpora" / name
+    if is_corpus_folder(folder):
+        return Corpus.load(folder)
+    script, _, regime = name.rpartition("_")
+    if script in suite.SCRIPTS and regime in suite.REGIMES:
+        return suite.build(name, prepare_params)
+    raise UserError(f"{name}: not in data/corpora (run `dvc repro` first) and not a script_regime the suite builder knows")
+
+
+def markdown(table: dict, ratios: list[float], seed: int) -> str:
+    pair_ratios = next(iter(table.values()))["pair_ratios"]
+    lines = ["# lm's pair-model strictness: V and K at each ratio test, and the one the selection keeps", "",
+             f"Written by `scripts/pair_ratio_sweep.py` (seed {seed}, `runs.lm` as configured). Each cell is one "
+             "fit of `lm` with the pair model of that ratio test (a within-text nearest neighbour this much "
+             "nearer than the second is a positive), on the same features and kNN graph: V-measure (K found). "
+             f"`fit` tries {', '.join(f'{r:g}' for r in pair_ratios)} (`pair_ratios`) and keeps the fit whose types "
+             "best predict their neighbours' symbols (`neighbour_evidence`): **bold**. *best V*: the ratio with "
+             "the highest V, a labelled reference that nothing in `lm` reads.", "",
+             "| corpus | K true | " + " | ".join(f"{r:g}" for r in ratios) + " | kept | best V |",
+             "|---|---:|" + "---:|" * len(ratios) + "---:|---:|"]
+    kept_v, v08, best = [], [], []
+    for name, t in table.items():
+        cells = []
+        for r in t["rows"]:
+            cell = f"{r['v']:.3f} ({r['k']})"
+            cells.append(f"**{cell}**" if r["ratio"] == t["kept"] else cell)
+        lines.append(f"| {name} | {t['k_true']} | " + " | ".join(cells) + f" | {t['kept']:g} | {t['best_v']:g} |")
+        by = {r["ratio"]: r for r in t["rows"]}
+        kept_v.append(by[t["kept"]]["v"])
+        best.append(max(r["v"] for r in t["rows"]))
+        if 0.8 in by:
+            v08.append(by[0.8]["v"])
+    lines += ["", f"Mean V over the {len(table)} corpora: the kept fits {np.mean(kept_v):.3f}"
+              + (f", ratio 0.8 alone (the previous default) {np.mean(v08):.3f}" if len(v08) == len(table) else "")
+              + f", the best ratio of each corpus {np.mean(best):.3f}."]
+    return "\n".join(lines) + "\n"
+
+
+@cli_main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", nargs="+", help="default: the suite's hands and handwriting corpora, cypriot, lineara")
+    ap.add_argument("--ratios", nargs="+", type=float, default=list(DEFAULT_RATIOS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="default reports/pair_ratio_sweep.md")
+    args = ap.parse_args(argv)
+    if any(not 0 < r <= 1 for r in args.ratios):
+        raise UserError(f"--ratios {args.ratios}: each ratio must be in (0, 1]")
+    params = load_params()
+    names = args.corpora or [f"{s}_{r}" for s in params["prepare"]["suite"]["scripts"]
+                             for r in suite.REGIMES if r != "free"] + ["cypriot", "lineara"]
+    if (args.corpora or args.ratios != list(DEFAULT_RATIOS) or args.seed) and not args.out:
+        raise UserError("--corpora, --ratios or --seed make another study than reports/pair_ratio_sweep.md: "
+                        "give it its own --out")
+    _, row_cfg, _ = run_config("lm", params)
+    table = {}
+    for name in names:
+        try:
+            table[name] = sweep(load_corpus(name, params["prepare"]), row_cfg, args.ratios, args.seed)
+        except UserError as err:
+            raise UserError(f"{name}: {err}") from None
+        t = table[name]
+        print(f"{name}: " + ", ".join(f"{r['ratio']:g} K {r['k']} V {r['v']:.3f}" for r in t["rows"])
+              + f"; kept {t['kept']}, best V {t['best_v']}", flush=True)
+    text = markdown(table, args.ratios, args.seed)
+    atomic_write_text(Path(args.out or REPO / "reports" / "pair_ratio_sweep.md"), text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""scripts/pair_ratio_sweep.py: lm at every ratio test, and the ratio lm's selection keeps."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from signclust.config import REPO_ROOT
+from signclust.evaluation.metrics import score
+from signclust.models import lm_clusterer as lm
+from signclust.models.base import FitContext
+
+spec = importlib.util.spec_from_file_location("pair_ratio_sweep", REPO_ROOT / "scripts" / "pair_ratio_sweep.py")
+sweep = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sweep)
+
+
+def test_the_kept_ratio_and_its_fit_are_lms_own(tiny_corpus):
+    corpus = tiny_corpus(n_types=5, per_type=10, n_texts=4, noise=60.0)
+    cfg = {"encoder_epochs": 0}
+    fitted = lm.LMSignClusterer(**cfg).fit(corpus, FitContext(seed=1, progress=False))
+    t = sweep.sweep(corpus, cfg, [0.5, 0.7, 0.8, 0.9, 1.0], seed=1)
+    assert [r["ratio"] for r in t["rows"]] == [0.5, 0.7, 0.8, 0.9, 1.0] and t["k_true"] == 5
+    assert t["kept"] == fitted.info["pair_ratio"]
+    kept = next(r for r in t["rows"] if r["ratio"] == t["kept"])
+    assert kept["k"] == fitted.k_found and kept["v"] == score(corpus.labels(), fitted.labels)["v_measure"]
+    assert [(r["ratio"], r["evidence"]) for r in t["rows"] if r["ratio"] >= 0.7] == [
+        (s["pair_ratio"], s["evidence"]) for s in fitted.info["selection"]]
+
+
+def test_table_on_known_numbers():
+    def row(ratio, k, v, e):
+        return {"ratio": ratio, "k": k, "v": v, "evidence": e}
+    table = {"a_hands": {"k_true": 41, "kept": 0.9, "best_v": 1.0, "pair_ratios": [0.8, 0.9, 1.0],
+                         "rows": [row(0.5, 90, 0.90, -3.0), row(0.8, 79, 0.95, -2.0), row(0.9, 60, 0.96, -1.0),
+                                  row(1.0, 50, 0.98, -1.5)]},
+             "b_hands": {"k_true": 317, "kept": 0.8, "best_v": 0.5, "pair_ratios": [0.8, 0.9, 1.0],
+                         "rows": [row(0.5, 600, 0.80, -9.0), row(0.8, 170, 0.72, -1.0), row(0.9, 120, 0.70, -2.0),
+                                  row(1.0, 100, 0.66, -3.0)]}}
+    text = sweep.markdown(table, [0.5, 0.8, 0.9, 1.0], 0)
+    assert "| a_hands | 41 | 0.900 (90) | 0.950 (79) | **0.960 (60)** | 0.980 (50) | 0.9 | 1 |" in text
+    assert "| b_hands | 317 | 0.800 (600) | **0.720 (170)** | 0.700 (120) | 0.660 (100) | 0.8 | 0.5 |" in text
+    assert ("Mean V over the 2 corpora: the kept fits 0.840, ratio 0.8 alone (the previous default) 0.835, "
+            "the best ratio of each corpus 0.890.") in text
+    assert "`fit` tries 0.8, 0.9, 1 (`pair_ratios`)" in text
+
+
+def test_bad_input_is_one_error_line(capsys):
+    for argv, message in ((["--corpora", "cypriot"], "--corpora, --ratios or --seed make another study than "
+                                                     "reports/pair_ratio_sweep.md: give it its own --out"),
+                          (["--ratios", "0.5", "1.5", "--out", "x.md"], "--ratios [0.5, 1.5]: each ratio must be in (0, 1]"),
+                          (["--corpora", "nope_hands", "--out", "x.md"], "nope_hands: not in data/corpora")):
+        with pytest.raises(SystemExit) as exc:
+            sweep.main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1
