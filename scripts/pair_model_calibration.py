@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,8 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
         raise UserError(f"{name}: a clean corpus (its sign images recur exactly): lm fits no pair model there")
     labels = corpus.labels()                                        # (n,) integer codes 0..K-1
     # lm's own pair model: the one of the ratio test its selection keeps (LMSignClusterer.select)
-    ratio = clusterer.select(x, texts, corpus.image_index(), ctx, 0.0).info["pair_ratio"]
+    kept = clusterer.select(x, texts, corpus.image_index(), ctx, time.time())
+    ratio = kept.info["pair_ratio"]
     pair = lm.corpus_pair_model(x, texts, ratio, seed)
     truth = lm.refit_pair_model(x, labels, texts, seed)
     if pair is None or truth is None:
@@ -79,7 +81,7 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
         z = fcluster(tree, model.even_odds, "distance") - 1
         out[f"micro_k_{key}"] = int(z.max()) + 1
         out[f"micro_v_{key}"] = float(score(labels, z)["v_measure"])
-        types = clusterer.cluster(x, texts, clean, corpus.image_index(), model, ctx).labels
+        types = kept.labels if key == "ours" else clusterer.cluster(x, texts, clean, corpus.image_index(), model, ctx).labels
         out[f"lm_k_{key}"] = int(types.max()) + 1
         out[f"lm_v_{key}"] = float(score(labels, types)["v_measure"])
     return out

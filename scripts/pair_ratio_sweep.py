@@ -40,6 +40,7 @@ def sweep(corpus: Corpus, row_cfg: dict, ratios: list[float], seed: int) -> dict
     """One corpus: K, V and the selection's evidence at each ratio; the ratio ``fit`` keeps."""
     clusterer = get_clusterer("lm", **row_cfg)
     cfg = clusterer.cfg
+    check_ratios(ratios, cfg.pair_ratios)
     ctx = FitContext(seed=seed, progress=False)
     x, texts, clean = clusterer.features(corpus, ctx)
     if clean:
@@ -55,10 +56,18 @@ def sweep(corpus: Corpus, row_cfg: dict, ratios: list[float], seed: int) -> dict
         rows.append({"ratio": ratio, "k": int(result.k_found),
                      "v": float(score(labels, result.labels)["v_measure"]),
                      "evidence": lm.neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)})
-    candidates = [r for r in rows if r["ratio"] in cfg.pair_ratios]
-    kept = max(candidates, key=lambda r: r["evidence"]) if candidates else None   # first of a tie, as fit
-    return {"k_true": int(labels.max()) + 1, "rows": rows, "kept": kept["ratio"] if kept else None,
+    by_ratio = {r["ratio"]: r for r in rows}
+    kept = max((by_ratio[r] for r in cfg.pair_ratios), key=lambda r: r["evidence"])   # the first of a tie, as fit
+    return {"k_true": int(labels.max()) + 1, "rows": rows, "kept": kept["ratio"],
             "best_v": max(rows, key=lambda r: r["v"])["ratio"], "pair_ratios": list(cfg.pair_ratios)}
+
+
+def check_ratios(ratios: list[float], pair_ratios: list[float]) -> None:
+    """Every ratio lm's selection tries must be swept: the kept ratio is chosen among all of them."""
+    missing = [r for r in pair_ratios if r not in ratios]
+    if missing:
+        raise UserError(f"--ratios {ratios} leaves out {missing} of lm's pair_ratios {pair_ratios}: "
+                        "the kept ratio is chosen among all of them")
 
 
 def load_corpus(name: str, prepare_params: dict) -> Corpus:
@@ -117,6 +126,7 @@ def main(argv=None):
         raise UserError("--corpora, --ratios or --seed make another study than reports/pair_ratio_sweep.md: "
                         "give it its own --out")
     _, row_cfg, _ = run_config("lm", params)
+    check_ratios(args.ratios, get_clusterer("lm", **row_cfg).cfg.pair_ratios)
     table = {}
     for name in names:
         try:

@@ -16,15 +16,18 @@ spec.loader.exec_module(sweep)
 
 
 def test_the_kept_ratio_and_its_fit_are_lms_own(tiny_corpus):
-    corpus = tiny_corpus(n_types=5, per_type=10, n_texts=4, noise=60.0)
+    # a corpus whose four candidate fits differ (K 7, 5, 5, 6 here) and fit keeps the last
+    corpus = tiny_corpus(n_types=5, per_type=10, n_texts=4, noise=60.0, seed=1)
     cfg = {"encoder_epochs": 0}
     fitted = lm.LMSignClusterer(**cfg).fit(corpus, FitContext(seed=1, progress=False))
-    t = sweep.sweep(corpus, cfg, [0.5, 0.7, 0.8, 0.9, 1.0], seed=1)
-    assert [r["ratio"] for r in t["rows"]] == [0.5, 0.7, 0.8, 0.9, 1.0] and t["k_true"] == 5
+    assert len({s["evidence"] for s in fitted.info["selection"]}) > 1
+    assert fitted.info["pair_ratio"] != fitted.info["selection"][0]["pair_ratio"]
+    t = sweep.sweep(corpus, cfg, [1.0, 0.5, 0.7, 0.8, 0.9], seed=1)       # another order: fit's tie rule holds
+    assert [r["ratio"] for r in t["rows"]] == [1.0, 0.5, 0.7, 0.8, 0.9] and t["k_true"] == 5
     assert t["kept"] == fitted.info["pair_ratio"]
     kept = next(r for r in t["rows"] if r["ratio"] == t["kept"])
     assert kept["k"] == fitted.k_found and kept["v"] == score(corpus.labels(), fitted.labels)["v_measure"]
-    assert [(r["ratio"], r["evidence"]) for r in t["rows"] if r["ratio"] >= 0.7] == [
+    assert sorted((r["ratio"], r["evidence"]) for r in t["rows"] if r["ratio"] >= 0.7) == [
         (s["pair_ratio"], s["evidence"]) for s in fitted.info["selection"]]
 
 
@@ -49,6 +52,8 @@ def test_bad_input_is_one_error_line(capsys):
     for argv, message in ((["--corpora", "cypriot"], "--corpora, --ratios or --seed make another study than "
                                                      "reports/pair_ratio_sweep.md: give it its own --out"),
                           (["--ratios", "0.5", "1.5", "--out", "x.md"], "--ratios [0.5, 1.5]: each ratio must be in (0, 1]"),
+                          (["--ratios", "0.5", "0.8", "--corpora", "nope_hands", "--out", "x.md"],
+                           "--ratios [0.5, 0.8] leaves out [0.7, 0.9, 1.0] of lm's pair_ratios [0.7, 0.8, 0.9, 1.0]"),
                           (["--corpora", "nope_hands", "--out", "x.md"], "nope_hands: not in data/corpora")):
         with pytest.raises(SystemExit) as exc:
             sweep.main(argv)

@@ -547,6 +547,7 @@ class LMSignClusterer(Clusterer):
         neighbours' symbols (``neighbour_evidence``) is kept; the first wins a tie. The
         candidates' merge rounds are logged for the kept fit only."""
         cfg = self.cfg
+        before = time.time() - t0                       # features: every candidate's setup shares them
         graph = self.graph(x, ctx.seed)
         symbols = graph[1] if cfg.select_symbols == cfg.coarse_contexts else \
             coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, ctx.seed)
@@ -554,7 +555,8 @@ class LMSignClusterer(Clusterer):
         best, tried = None, []
         for ratio in cfg.pair_ratios:
             result = self.cluster(x, texts, False, image_index, corpus_pair_model(x, texts, ratio, ctx.seed),
-                                  quiet, t0, graph)
+                                  quiet, time.time(), graph)
+            result.info["setup_s"] += before
             evidence = neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)
             tried.append({"pair_ratio": ratio, "k": result.info["k_found"], "evidence": evidence})
             if best is None or evidence > best[0]:
@@ -581,7 +583,8 @@ class LMSignClusterer(Clusterer):
                 pair: PairModel | None, ctx: FitContext, t0: float | None = None,
                 graph: tuple | None = None) -> ClusterResult:
         """The types from the visual side (``features``) and a pair model: micro-clusters, then the
-        merges. ``select`` passes each candidate pair model and the ``graph`` they share; a diagnosis
+        merges. ``fit`` calls it once with no pair model on a clean corpus; ``select`` passes each
+        candidate pair model and the ``graph`` they share (unused without a pair model); a diagnosis
         may pass another model (scripts/pair_model_calibration.py passes the true pairs' fit)."""
         cfg, t0 = self.cfg, time.time() if t0 is None else t0
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
