@@ -22,10 +22,12 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "scripts"))
 
+from pair_model_calibration import load_corpus  # noqa: E402  (data/corpora, else the suite builder in memory)
 from signclust.config import load_params  # noqa: E402
 from signclust.data import suite  # noqa: E402
-from signclust.data.corpus import Corpus, is_corpus_folder  # noqa: E402
+from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
@@ -68,16 +70,6 @@ def check_ratios(ratios: list[float], pair_ratios: list[float]) -> None:
     if missing:
         raise UserError(f"--ratios {ratios} leaves out {missing} of lm's pair_ratios {pair_ratios}: "
                         "the kept ratio is chosen among all of them")
-
-
-def load_corpus(name: str, prepare_params: dict) -> Corpus:
-    folder = REPO / "data" / "corpora" / name
-    if is_corpus_folder(folder):
-        return Corpus.load(folder)
-    script, _, regime = name.rpartition("_")
-    if script in suite.SCRIPTS and regime in suite.REGIMES:
-        return suite.build(name, prepare_params)
-    raise UserError(f"{name}: not in data/corpora (run `dvc repro` first) and not a script_regime the suite builder knows")
 
 
 def markdown(table: dict, ratios: list[float], seed: int) -> str:
@@ -129,8 +121,9 @@ def main(argv=None):
     check_ratios(args.ratios, get_clusterer("lm", **row_cfg).cfg.pair_ratios)
     table = {}
     for name in names:
+        corpus = load_corpus(name, params["prepare"])                    # its errors name the corpus
         try:
-            table[name] = sweep(load_corpus(name, params["prepare"]), row_cfg, args.ratios, args.seed)
+            table[name] = sweep(corpus, row_cfg, args.ratios, args.seed)
         except UserError as err:
             raise UserError(f"{name}: {err}") from None
         t = table[name]
