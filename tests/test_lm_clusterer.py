@@ -702,7 +702,7 @@ def test_fit_keeps_the_ratio_whose_types_have_the_highest_evidence(monkeypatch):
         assert ctx.log_metrics is None and not clean                        # candidates log nothing
         graphs.append(graph)
         k = round(pair * 10)
-        return ClusterResult(np.arange(len(x_)) % k, x_, {"k_found": k, "history": [
+        return ClusterResult(np.arange(len(x_)) % k, x_, {"k_found": k, "setup_s": 0.0, "history": [
             {"round": 1, "types": k + 1, "merges": 1}, {"round": 2, "types": k, "merges": 1}]})
     monkeypatch.setattr(L.LMSignClusterer, "cluster", cluster)
     evidence = {7: -5.0, 8: -1.0, 9: -1.0, 10: -2.0}                        # 0.8 and 0.9 tie
