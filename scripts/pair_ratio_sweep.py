@@ -6,7 +6,7 @@
 On a noisy corpus lm's pair model is fitted on the within-text nearest neighbours that pass a
 ratio test, and ``fit`` makes one fit per ratio in ``pair_ratios`` and keeps the one whose types
 best predict their neighbours' symbols (``LMSignClusterer.select``). This script fits every ratio
-of ``--ratios`` (wider than ``pair_ratios``) on the same features, seed and kNN graph as ``fit``
+of ``--ratios`` (wider than ``pair_ratios``) through the same ``LMSignClusterer.candidates`` as ``fit``
 and writes, per corpus, K and V-measure at each ratio, the ratio the selection keeps, and the
 ratio with the best V (a labelled reference that nothing in lm reads). The labels are used only to
 score. Corpora not in ``data/corpora`` (the held-out scripts) are built in memory by the suite's
@@ -31,7 +31,6 @@ from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
-from signclust.models import lm_clusterer as lm  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 
@@ -48,16 +47,9 @@ def sweep(corpus: Corpus, row_cfg: dict, ratios: list[float], seed: int) -> dict
     if clean:
         raise UserError("a clean corpus (its sign images recur exactly): lm fits no pair model there")
     labels = corpus.labels()
-    graph = clusterer.graph(x, seed)
-    symbols = graph[1] if cfg.select_symbols == cfg.coarse_contexts else \
-        lm.coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, seed)
-    rows = []
-    for ratio in ratios:
-        result = clusterer.cluster(x, texts, False, corpus.image_index(),
-                                   lm.corpus_pair_model(x, texts, ratio, seed), ctx, graph=graph)
-        rows.append({"ratio": ratio, "k": int(result.k_found),
-                     "v": float(score(labels, result.labels)["v_measure"]),
-                     "evidence": lm.neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)})
+    rows = [{"ratio": ratio, "k": int(result.k_found), "v": float(score(labels, result.labels)["v_measure"]),
+             "evidence": evidence}
+            for ratio, result, evidence in clusterer.candidates(x, texts, corpus.image_index(), ctx, ratios)]
     by_ratio = {r["ratio"]: r for r in rows}
     kept = max((by_ratio[r] for r in cfg.pair_ratios), key=lambda r: r["evidence"])   # the first of a tie, as fit
     return {"k_true": int(labels.max()) + 1, "rows": rows, "kept": kept["ratio"],

@@ -542,31 +542,38 @@ class LMSignClusterer(Clusterer):
 
     def select(self, x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray, ctx: FitContext,
                t0: float) -> ClusterResult:
-        """A noisy corpus: one fit per ratio test in ``pair_ratios`` (each its own pair model, so its
-        own micro-clusters and merge evidence), and the one whose types best predict their
-        neighbours' symbols (``neighbour_evidence``) is kept; the first wins a tie. The
+        """A noisy corpus: the ``candidates`` of ``pair_ratios``, and the one whose types best predict
+        their neighbours' symbols (``neighbour_evidence``) is kept; the first wins a tie. The
         candidates' merge rounds are logged for the kept fit only."""
-        cfg = self.cfg
         before = time.time() - t0                       # features: every candidate's setup shares them
-        graph = self.graph(x, ctx.seed)
-        symbols = graph[1] if cfg.select_symbols == cfg.coarse_contexts else \
-            coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, ctx.seed)
-        quiet = dataclasses.replace(ctx, log_metrics=None)
         best, tried = None, []
-        for ratio in cfg.pair_ratios:
-            result = self.cluster(x, texts, False, image_index, corpus_pair_model(x, texts, ratio, ctx.seed),
-                                  quiet, time.time(), graph)
-            result.info["setup_s"] += before
-            evidence = neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)
+        for ratio, result, evidence in self.candidates(x, texts, image_index, ctx, self.cfg.pair_ratios):
             tried.append({"pair_ratio": ratio, "k": result.info["k_found"], "evidence": evidence})
-            if best is None or evidence > best[0]:
-                best = (evidence, ratio, result)
-        _, ratio, result = best
+            if best is None or evidence > best[2]:
+                best = (ratio, result, evidence)
+        ratio, result, _ = best
+        result.info["setup_s"] += before
         result.info.update(pair_ratio=ratio, selection=tried, seconds_fit=time.time() - t0)
         if ctx.log_metrics:
             for row in result.info["history"]:
                 ctx.log_metrics({k: v for k, v in row.items() if k != "round"}, row["round"])
         return result
+
+    def candidates(self, x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray, ctx: FitContext,
+                   ratios: list[float]):
+        """Yields (ratio, fit, evidence) for each ratio test in ``ratios``, in that order: the fit with
+        that ratio's pair model (its own micro-clusters and merge evidence; one kNN graph for all,
+        no merge rounds logged) and ``neighbour_evidence`` of its types. A generator: ``select``
+        holds two fits at a time, scripts/pair_ratio_sweep.py scores every one."""
+        cfg = self.cfg
+        graph = self.graph(x, ctx.seed)
+        symbols = graph[1] if cfg.select_symbols == cfg.coarse_contexts else \
+            coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, ctx.seed)
+        quiet = dataclasses.replace(ctx, log_metrics=None)
+        for ratio in ratios:
+            result = self.cluster(x, texts, False, image_index, corpus_pair_model(x, texts, ratio, ctx.seed),
+                                  quiet, time.time(), graph)
+            yield ratio, result, neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)
 
     def graph(self, x: np.ndarray, seed: int) -> tuple[tuple, np.ndarray | None]:
         """What the merges of a noisy corpus read besides the types, the same for every pair model:
