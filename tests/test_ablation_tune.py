@@ -66,26 +66,39 @@ def test_variant_params_preset_set_scale():
 def test_ablation_writes_table_plot_json(tiny_corpus, tmp_path):
     params = tiny_params()
     corpus = tiny_corpus(per_type=6, n_texts=3)
-    doc = ablation.run_ablation(corpus, "tiny", params, variants=["default", "no_lm"],
-                                reports_dir=tmp_path, cache_dir=tmp_path / "cache")
+    doc, timings = ablation.run_ablation(corpus, "tiny", params, variants=["default", "no_lm"],
+                                         reports_dir=tmp_path, cache_dir=tmp_path / "cache")
     md = (tmp_path / "ablation_tiny.md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("| `")]
     assert [r.split("|")[1].strip() for r in rows] == ["`default`", "`no_lm`"]
     assert "w_lm=0" in rows[1] and "fixed-K V" in md and "Δ V" in md
+    # the table's last column is the wall time of the timings file
+    assert md.splitlines()[4].rstrip(" |").endswith("s / fit")
+    assert rows[1].split("|")[-2].strip() == f"{timings['no_lm']['mean_seconds']:.1f}"
     assert (tmp_path / "figures" / "ablation_tiny.png").read_bytes()[:8] == PNG
-    saved = json.loads((tmp_path / "metrics" / "ablation_tiny.json").read_text())
+    metrics_json = tmp_path / "metrics" / "ablation_tiny.json"
+    saved = json.loads(metrics_json.read_text())
     assert list(saved["variants"]) == ["default", "no_lm"] and saved["seeds"] == [0]
     for entry in saved["variants"].values():
         assert set(entry["per_seed"]) == {"seed0"}
-        for key in ("v_measure", "nmi", "ari", "acc", "k_found", "fixed_k_v_measure", "seconds"):
+        for key in ("v_measure", "nmi", "ari", "acc", "k_found", "fixed_k_v_measure"):
             assert key in entry["mean"]
+    # wall times are run-to-run noise: the suite report reads this file, so they live apart from it
+    assert "seconds" not in metrics_json.read_text()
+    saved_times = json.loads((tmp_path / "timings" / "ablation_tiny.json").read_text())["variants"]
+    assert set(saved_times) == {"default", "no_lm"}
+    assert saved_times["no_lm"]["seed0"]["seconds"] > 0 and saved_times["no_lm"]["seed0"]["cached"] is False
     assert saved["variants"]["default"]["delta_v"] == 0.0
     assert saved["variants"]["no_lm"]["params"]["w_lm"] == 0.0 and saved["variants"]["no_lm"]["params"]["epochs"] == 2
     assert doc["variants"]["no_lm"]["changed"] == {"w_lm": 0.0}
-    # a second run reads every fit from the cache
-    cached = ablation.run_ablation(corpus, "tiny", params, variants=["default", "no_lm"],
-                                   cache_dir=tmp_path / "cache")
+    # a second run reads every fit from the cache: the same metrics file, byte for byte, and the
+    # wall time each fit took when it ran
+    first_bytes = metrics_json.read_bytes()
+    cached, cached_times = ablation.run_ablation(corpus, "tiny", params, variants=["default", "no_lm"],
+                                                 cache_dir=tmp_path / "cache", reports_dir=tmp_path)
     assert cached["variants"]["no_lm"]["per_seed"] == doc["variants"]["no_lm"]["per_seed"]
+    assert metrics_json.read_bytes() == first_bytes
+    assert cached_times["no_lm"]["seed0"] == {"seconds": timings["no_lm"]["seed0"]["seconds"], "cached": True}
 
 
 @pytest.fixture

@@ -19,7 +19,9 @@ gold labels (native V, NMI, ARI, ACC, K found; fixed-K V: Ward on its embedding 
 K_true + offsets, as the evaluate stage does) and timed.
 
 Outputs (atomic): reports/ablation_<corpus>.md (table, Δ V against ``ablation.reference``),
-reports/figures/ablation_<corpus>.png (bars with std over seeds), reports/metrics/ablation_<corpus>.json.
+reports/figures/ablation_<corpus>.png (bars with std over seeds), reports/metrics/ablation_<corpus>.json
+(what the fits determine: same params + seeds, same bytes; the suite report reads it) and
+reports/timings/ablation_<corpus>.json (the wall time of each fit, which no stage reads).
 MLflow: experiment ``ablation``, one parent run per corpus, one nested child run per
 variant x seed (its parameters, per-epoch losses and scores), so ``mlflow ui`` compares
 them side by side. Each finished fit is cached under models/checkpoints/ablation/<corpus>/
@@ -37,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from signclust import tracking
-from signclust.config import REPO_ROOT, deep_update, load_params
+from signclust.config import REPO_ROOT, deep_update, load_params, numeric_platform
 from signclust.data.corpus import Corpus
 from signclust.errors import UserError, cli_main
 from signclust.evaluation import evaluate as ev
@@ -62,10 +64,9 @@ COLUMNS = [
     ("acc", "ACC", "{:.3f}"),
     ("k_found", "K", "{:.1f}"),
     ("fixed_k_v_measure", "fixed-K V", "{:.3f}"),
-    ("seconds", "s / fit", "{:.1f}"),
 ]
 SCALAR_KEYS = ("v_measure", "homogeneity", "completeness", "nmi", "ari", "acc", "purity", "k_found",
-               "fixed_k_v_measure", "fixed_k_v_at_ktrue", "seconds")
+               "fixed_k_v_measure", "fixed_k_v_at_ktrue")
 
 
 def config(params: dict) -> dict:
@@ -125,10 +126,13 @@ def summarise(per_seed: dict[str, dict], ddof: int) -> tuple[dict, dict]:
 def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int] | None = None,
                  variants: list[str] | None = None, epochs: int | None = None,
                  dist_dir: Path | None = None, cache_dir: Path | None = None,
-                 reports_dir: Path | None = None, progress: bool = False) -> dict:
-    """Fit every variant x seed; return the metrics document (also logged to MLflow).
+                 reports_dir: Path | None = None, progress: bool = False) -> tuple[dict, dict]:
+    """Fit every variant x seed; return (the metrics document, the fits' wall times), both also
+    logged to MLflow. The document holds only what the fits determine; the wall times
+    ({variant: {"seed<N>": {"seconds", "cached"}, "mean_seconds"}}) are kept apart from it.
 
-    With ``reports_dir`` the table, plot and JSON are written there (and attached to the parent run).
+    With ``reports_dir`` the table, plot and both JSON files are written there (and attached to the
+    parent run).
     """
     cfg = config(params)
     seeds = list(cfg["seeds"] if seeds is None else seeds)
@@ -156,6 +160,7 @@ def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int
     doc = {"corpus": corpus_name, "method": method, "base_run": cfg["run"], "seeds": seeds,
            "epochs": epochs, "reference": cfg["reference"], "n_tokens": int(corpus.n_tokens),
            "k_true": int(len(np.unique(gold))), "variants": {}}
+    timings: dict = {}
     with tracking.run("ablation", f"ablation/{corpus_name}",
                       tags={"corpus": corpus_name, "method": method, "stage": "ablation"}) as parent:
         parent.log_params({"corpus": corpus_name, "method": method, "base_run": cfg["run"],
@@ -167,10 +172,12 @@ def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int
                 v_method, v_base, _ = run_config(spec["run"], params)
                 v_defaults = dict(get_clusterer(v_method, **v_base).params)
             vparams = variant_params(name, spec, v_base, v_method, params, v_defaults, epochs)
-            per_seed = {}
+            per_seed, timings[name] = {}, {}
             for seed in seeds:
-                per_seed[f"seed{seed}"] = _fit_one(corpus, gold, v_method, name, spec, vparams, seed, corpus_name,
-                                                   device, distances, eval_cfg, fingerprint, cache_dir, progress)
+                per_seed[f"seed{seed}"], timings[name][f"seed{seed}"] = _fit_one(
+                    corpus, gold, v_method, name, spec, vparams, seed, corpus_name, device, distances, eval_cfg,
+                    fingerprint, cache_dir, progress)
+            timings[name]["mean_seconds"] = float(np.mean([t["seconds"] for t in timings[name].values()]))
             mean, std = summarise(per_seed, int(eval_cfg["std_ddof"]))
             doc["variants"][name] = {"spec": spec, "method": v_method, "params": vparams,
                                      "mean": mean, "std": std, "per_seed": per_seed}
@@ -184,13 +191,15 @@ def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int
             if entry["delta_v"] is not None:
                 parent.log_metrics({f"{name}.delta_v": entry["delta_v"]})
         if reports_dir is not None:
-            for path in write_outputs(doc, reports_dir).values():
+            for path in write_outputs(doc, timings, reports_dir).values():
                 parent.log_artifact(path)
-    return doc
+    return doc, timings
 
 
 def _fit_one(corpus, gold, method, name, spec, vparams, seed, corpus_name, device, distances, eval_cfg,
-             fingerprint, cache_dir, progress) -> dict:
+             fingerprint, cache_dir, progress) -> tuple[dict, dict]:
+    """(the fit's scores, {"seconds": its wall time, "cached": read from the cache}). A cached fit
+    keeps the wall time it took when it ran."""
     from signclust.models.base import get_class
     key = hashlib.sha256(json.dumps({"method": method, "params": vparams, "seed": seed, "corpus": fingerprint,
                                      "eval": eval_cfg, "code": code_version(get_class(method))},
@@ -198,8 +207,9 @@ def _fit_one(corpus, gold, method, name, spec, vparams, seed, corpus_name, devic
     cache = Path(cache_dir) / f"{name}-seed{seed}-{key}.json" if cache_dir else None
     if cache is not None and cache.exists():
         out = json.loads(cache.read_text())
+        seconds = out.pop("seconds", None)
         print(f"ablation/{corpus_name}/{name}/seed{seed}: cached V = {out['v_measure']:.3f}")
-        return out
+        return out, {"seconds": seconds, "cached": True}
     with tracking.run("ablation", f"{name}/seed{seed}", nested=True,
                       tags={"corpus": corpus_name, "variant": name, "seed": str(seed)}) as child:
         child.log_params({"variant": name, "corpus": corpus_name, "seed": seed,
@@ -211,31 +221,36 @@ def _fit_one(corpus, gold, method, name, spec, vparams, seed, corpus_name, devic
         result = clusterer.fit(corpus, ctx)
         seconds = time.time() - t0
         out = evaluate_fit(gold, result, eval_cfg, seed)
-        out["seconds"] = seconds
         final = (result.info or {}).get("final") or {}
         out["final"] = {k: float(v) for k, v in final.items() if isinstance(v, (int, float))}
-        child.log_metrics({k: out[k] for k in SCALAR_KEYS if k in out})
+        child.log_metrics({**{k: out[k] for k in SCALAR_KEYS if k in out}, "seconds": seconds})
     print(f"ablation/{corpus_name}/{name}/seed{seed}: V = {out['v_measure']:.3f}, K {out['k_found']}, "
           f"{seconds:.1f}s")
     if cache is not None:
-        write_json(cache, out)
-    return out
+        write_json(cache, {**out, "seconds": seconds})
+    return out, {"seconds": seconds, "cached": False}
 
 
 # -- outputs -----------------------------------------------------------------------------------
 
-def markdown(doc: dict) -> str:
+def markdown(doc: dict, timings: dict | None = None) -> str:
+    """The ablation table; with ``timings`` (run_ablation's second value) a last column of wall
+    seconds per fit."""
     seeds = doc["seeds"]
     lines = [f"# Ablation of the LM clusterer on {doc['corpus']}", "",
              f"{doc['n_tokens']} tokens, {doc['k_true']} gold types; seeds {', '.join(map(str, seeds))}; "
              f"epochs {doc['epochs'] if doc['epochs'] is not None else 'as configured'}. "
              f"Mean ± std over seeds; Δ V against `{doc['reference']}`. "
-             "`s / fit`: wall time of one fit, all in one process, so a variant that leaves the contrastive "
-             "encoder's glyphs, settings and seed alone reuses the encoder the first fit trained "
-             "(models/visual_encoder.py). Written by `python -m signclust.evaluation.ablation`.", ""]
-    header = ["variant"] + [h for _, h, _ in COLUMNS] + ["Δ V", "changed parameters"]
+             + (f"`s / fit` (reports/timings/ablation_{doc['corpus']}.json): wall time of one fit when it "
+                "ran (a cached fit keeps its time), all in one process, so a variant that leaves the contrastive "
+                "encoder's glyphs, settings and seed alone reuses the encoder the first fit trained "
+                "(models/visual_encoder.py). " if timings else "")
+             + "Written by `python -m signclust.evaluation.ablation`.", ""]
+    header = ["variant"] + [h for _, h, _ in COLUMNS] + ["Δ V", "changed parameters"] + \
+        (["s / fit"] if timings else [])
     lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 2) + ["---"]) + "|")
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(COLUMNS) + 1) + ["---"]
+                                + (["---:"] if timings else [])) + "|")
     for name, entry in doc["variants"].items():
         cells = [f"`{name}`"]
         for key, _, fmt in COLUMNS:
@@ -253,6 +268,9 @@ def markdown(doc: dict) -> str:
         changed = ([f"preset `{spec['preset']}`"] if spec.get("preset") else []) + \
             [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()]
         cells.append(", ".join(changed) or "–")
+        if timings:
+            seconds = (timings.get(name) or {}).get("mean_seconds")
+            cells.append("–" if seconds is None else f"{seconds:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     return "\n".join(lines)
@@ -286,14 +304,18 @@ def bar_plot(doc: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_outputs(doc: dict, reports_dir: Path) -> dict[str, Path]:
+def write_outputs(doc: dict, timings: dict, reports_dir: Path) -> dict[str, Path]:
     reports_dir = Path(reports_dir)
     corpus = doc["corpus"]
     paths = {"md": reports_dir / f"ablation_{corpus}.md",
              "png": reports_dir / "figures" / f"ablation_{corpus}.png",
-             "json": reports_dir / "metrics" / f"ablation_{corpus}.json"}
+             "json": reports_dir / "metrics" / f"ablation_{corpus}.json",
+             "timings": reports_dir / "timings" / f"ablation_{corpus}.json"}
     write_json(paths["json"], doc)
-    atomic_write_text(paths["md"], markdown(doc))
+    write_json(paths["timings"], {"corpus": corpus, "variants": timings, "platform": numeric_platform(),
+                                  "note": "wall time of each fit on the machine that ran it; a cached fit "
+                                          "keeps the time it took when it ran"})
+    atomic_write_text(paths["md"], markdown(doc, timings))
     bar_plot(doc, paths["png"])
     return paths
 
@@ -315,12 +337,12 @@ def main(argv=None):
     corpus = Corpus.load(args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus)
     cache_dir = None if args.no_cache else REPO_ROOT / "models" / "checkpoints" / "ablation" / args.corpus
     reports = args.reports or REPO_ROOT / "reports"
-    doc = run_ablation(corpus, args.corpus, params, seeds=args.seeds, variants=args.variants, epochs=args.epochs,
+    doc, timings = run_ablation(corpus, args.corpus, params, seeds=args.seeds, variants=args.variants, epochs=args.epochs,
                        dist_dir=args.dist_dir or REPO_ROOT / "data" / "distances" / args.corpus,
                        cache_dir=cache_dir, reports_dir=reports, progress=args.progress)
-    print(markdown(doc))
+    print(markdown(doc, timings))
     print(f"-> {reports}/ablation_{args.corpus}.md, figures/ablation_{args.corpus}.png, "
-          f"metrics/ablation_{args.corpus}.json")
+          f"metrics/ablation_{args.corpus}.json, timings/ablation_{args.corpus}.json")
 
 if __name__ == "__main__":
     main()
