@@ -75,6 +75,7 @@ def test_ablation_writes_table_plot_json(tiny_corpus, tmp_path):
     # the table's last column is the wall time of the timings file
     assert md.splitlines()[4].rstrip(" |").endswith("s / fit")
     assert rows[1].split("|")[-2].strip() == f"{timings['no_lm']['mean_seconds']:.1f}"
+    assert len({line.count("|") for line in md.splitlines()[4:] if line}) == 1   # header, separator, rows
     assert (tmp_path / "figures" / "ablation_tiny.png").read_bytes()[:8] == PNG
     metrics_json = tmp_path / "metrics" / "ablation_tiny.json"
     saved = json.loads(metrics_json.read_text())
@@ -133,6 +134,7 @@ def test_mlflow_parent_and_nested_runs(tiny_corpus, tmp_path, mlflow_tmp):
     wanted = {"v_measure", "nmi", "ari", "acc", "k_found", "fixed_k_v_measure", "seconds"}
     assert wanted <= set(children[0].data.metrics)
     assert "ablation_tiny.md" in {a.path for a in client.list_artifacts(parent[0].info.run_id)}
+    assert {"default.seconds_mean", "no_lm.seconds_mean", "no_lm.v_measure_mean"} <= set(parent[0].data.metrics)
 
     # tune: the objective as a worker runs it, in-process, against an in-memory study
     cfg = tune_study.tune_config(params)
@@ -240,6 +242,12 @@ def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
     side_by_side = (tmp_path / "reports" / "tune_comparison.md").read_text()
     assert "| lm_gradient | [t](tune_t.md) | 4 (4 / 0) | tiny |" in side_by_side
     assert f"{summary['transfer']['tuned']['mean']['v_measure']:.3f}" in side_by_side
+    # the transfer table's `s / fit`: the mean wall time of the fits, as the per-seed record has it
+    transferred = summary["transfer"]["tuned"]
+    assert transferred["per_seed"]["seed0"]["seconds"] > 0
+    assert transferred["mean"]["seconds"] == pytest.approx(transferred["per_seed"]["seed0"]["seconds"])
+    report_md = (tmp_path / "reports" / "tune_t.md").read_text()
+    assert f"| {transferred['mean']['seconds']:.1f} |" in report_md
     reused = _tune_cli(params_file, storage, corpus_dir, tmp_path, "--trials", 4, *transfer)
     assert reused.returncode == 0 and "reusing it" in reused.stdout and "transfer tuned" not in reused.stdout
     assert json.loads(summary_path.read_text())["transfer"] == summary["transfer"]

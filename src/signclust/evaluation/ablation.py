@@ -177,11 +177,14 @@ def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int
                 per_seed[f"seed{seed}"], timings[name][f"seed{seed}"] = _fit_one(
                     corpus, gold, v_method, name, spec, vparams, seed, corpus_name, device, distances, eval_cfg,
                     fingerprint, cache_dir, progress)
-            timings[name]["mean_seconds"] = float(np.mean([t["seconds"] for t in timings[name].values()]))
+            measured = [t["seconds"] for t in timings[name].values() if t["seconds"] is not None]
+            timings[name]["mean_seconds"] = float(np.mean(measured)) if measured else None
             mean, std = summarise(per_seed, int(eval_cfg["std_ddof"]))
             doc["variants"][name] = {"spec": spec, "method": v_method, "params": vparams,
                                      "mean": mean, "std": std, "per_seed": per_seed}
             parent.log_metrics({f"{name}.{k}_mean": v for k, v in mean.items()})
+            if timings[name]["mean_seconds"] is not None:
+                parent.log_metrics({f"{name}.seconds_mean": timings[name]["mean_seconds"]})
         ref = doc["variants"].get(cfg["reference"])
         ref_params = ref["params"] if ref else variant_params(cfg["reference"], cfg["variants"][cfg["reference"]],
                                                                base, method, params, defaults, epochs)
@@ -207,7 +210,7 @@ def _fit_one(corpus, gold, method, name, spec, vparams, seed, corpus_name, devic
     cache = Path(cache_dir) / f"{name}-seed{seed}-{key}.json" if cache_dir else None
     if cache is not None and cache.exists():
         out = json.loads(cache.read_text())
-        seconds = out.pop("seconds", None)
+        seconds = out.pop("seconds", None)     # None: a cache file that did not record it
         print(f"ablation/{corpus_name}/{name}/seed{seed}: cached V = {out['v_measure']:.3f}")
         return out, {"seconds": seconds, "cached": True}
     with tracking.run("ablation", f"{name}/seed{seed}", nested=True,
@@ -337,9 +340,10 @@ def main(argv=None):
     corpus = Corpus.load(args.corpus_dir or REPO_ROOT / "data" / "corpora" / args.corpus)
     cache_dir = None if args.no_cache else REPO_ROOT / "models" / "checkpoints" / "ablation" / args.corpus
     reports = args.reports or REPO_ROOT / "reports"
-    doc, timings = run_ablation(corpus, args.corpus, params, seeds=args.seeds, variants=args.variants, epochs=args.epochs,
-                       dist_dir=args.dist_dir or REPO_ROOT / "data" / "distances" / args.corpus,
-                       cache_dir=cache_dir, reports_dir=reports, progress=args.progress)
+    doc, timings = run_ablation(corpus, args.corpus, params, seeds=args.seeds, variants=args.variants,
+                                epochs=args.epochs,
+                                dist_dir=args.dist_dir or REPO_ROOT / "data" / "distances" / args.corpus,
+                                cache_dir=cache_dir, reports_dir=reports, progress=args.progress)
     print(markdown(doc, timings))
     print(f"-> {reports}/ablation_{args.corpus}.md, figures/ablation_{args.corpus}.png, "
           f"metrics/ablation_{args.corpus}.json, timings/ablation_{args.corpus}.json")

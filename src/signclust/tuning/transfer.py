@@ -32,7 +32,7 @@ def run_transfer(method: str, tuning_corpus: str, report_on: str, report_on_dir:
                  cfg: dict, study, seeds: list[int], configs: dict) -> dict:
     """Best and configured parameters fitted on another labelled corpus, over ``seeds``."""
     from signclust.evaluation import evaluate as ev
-    from signclust.evaluation.ablation import summarise
+    from signclust.evaluation.ablation import SCALAR_KEYS
     if report_on == tuning_corpus:
         raise UserError("--report-on must name a different corpus than --corpus: never tune and report "
                         "on the same gold labels")
@@ -50,7 +50,8 @@ def run_transfer(method: str, tuning_corpus: str, report_on: str, report_on_dir:
                                                     fixed_k=True, eval_cfg=eval_cfg)
             print(f"transfer {name} on {report_on} seed {seed}: V {per_seed[f'seed{seed}']['v_measure']:.3f}",
                   flush=True)
-        mean, std = summarise(per_seed, int(eval_cfg["std_ddof"]))
+        # the scores, and the wall time per fit that the tune report's `s / fit` column shows
+        mean, std = ev.summarise(per_seed, int(eval_cfg["std_ddof"]), SCALAR_KEYS + ("seconds",))
         extra = [k for k in ("unsupervised",) if all(k in s for s in per_seed.values())]
         for k in extra:
             mean[k] = float(np.mean([s[k] for s in per_seed.values()]))
