@@ -88,7 +88,8 @@ def test_ablation_writes_table_plot_json(tiny_corpus, tmp_path):
     assert "seconds" not in metrics_json.read_text()
     saved_times = json.loads((tmp_path / "timings" / "ablation_tiny.json").read_text())["variants"]
     assert set(saved_times) == {"default", "no_lm"}
-    assert saved_times["no_lm"]["seed0"]["seconds"] > 0 and saved_times["no_lm"]["seed0"]["cached"] is False
+    assert saved_times["no_lm"]["per_seed"]["seed0"]["seconds"] > 0
+    assert saved_times["no_lm"]["per_seed"]["seed0"]["cached"] is False
     assert saved["variants"]["default"]["delta_v"] == 0.0
     assert saved["variants"]["no_lm"]["params"]["w_lm"] == 0.0 and saved["variants"]["no_lm"]["params"]["epochs"] == 2
     assert doc["variants"]["no_lm"]["changed"] == {"w_lm": 0.0}
@@ -99,7 +100,8 @@ def test_ablation_writes_table_plot_json(tiny_corpus, tmp_path):
                                                  cache_dir=tmp_path / "cache", reports_dir=tmp_path)
     assert cached["variants"]["no_lm"]["per_seed"] == doc["variants"]["no_lm"]["per_seed"]
     assert metrics_json.read_bytes() == first_bytes
-    assert cached_times["no_lm"]["seed0"] == {"seconds": timings["no_lm"]["seed0"]["seconds"], "cached": True}
+    assert cached_times["no_lm"]["per_seed"]["seed0"] == {"seconds": timings["no_lm"]["per_seed"]["seed0"]["seconds"],
+                                                          "cached": True}
 
 
 @pytest.fixture

@@ -129,7 +129,8 @@ def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int
                  reports_dir: Path | None = None, progress: bool = False) -> tuple[dict, dict]:
     """Fit every variant x seed; return (the metrics document, the fits' wall times), both also
     logged to MLflow. The document holds only what the fits determine; the wall times
-    ({variant: {"seed<N>": {"seconds", "cached"}, "mean_seconds"}}) are kept apart from it.
+    ({variant: {"per_seed": {"seed<N>": {"seconds", "cached"}}, "mean_seconds"}}, the train stage's
+    timings layout) are kept apart from it.
 
     With ``reports_dir`` the table, plot and both JSON files are written there (and attached to the
     parent run).
@@ -172,13 +173,13 @@ def run_ablation(corpus: Corpus, corpus_name: str, params: dict, seeds: list[int
                 v_method, v_base, _ = run_config(spec["run"], params)
                 v_defaults = dict(get_clusterer(v_method, **v_base).params)
             vparams = variant_params(name, spec, v_base, v_method, params, v_defaults, epochs)
-            per_seed, timings[name] = {}, {}
+            per_seed, fit_times = {}, {}
             for seed in seeds:
-                per_seed[f"seed{seed}"], timings[name][f"seed{seed}"] = _fit_one(
+                per_seed[f"seed{seed}"], fit_times[f"seed{seed}"] = _fit_one(
                     corpus, gold, v_method, name, spec, vparams, seed, corpus_name, device, distances, eval_cfg,
                     fingerprint, cache_dir, progress)
-            measured = [t["seconds"] for t in timings[name].values() if t["seconds"] is not None]
-            timings[name]["mean_seconds"] = float(np.mean(measured)) if measured else None
+            measured = [t["seconds"] for t in fit_times.values() if t["seconds"] is not None]
+            timings[name] = {"per_seed": fit_times, "mean_seconds": float(np.mean(measured)) if measured else None}
             mean, std = summarise(per_seed, int(eval_cfg["std_ddof"]))
             doc["variants"][name] = {"spec": spec, "method": v_method, "params": vparams,
                                      "mean": mean, "std": std, "per_seed": per_seed}
