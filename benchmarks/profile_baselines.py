@@ -24,6 +24,10 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from signclust.errors import UserError, cli_main  # noqa: E402
+
 RUNS = ["twostage", "swav", "deepcluster", "deepdpm", "jule"]
 
 # part -> the functions and methods timed as that part, "module:qualified.name"
@@ -144,6 +148,7 @@ def table(rows: list[dict], corpus: str, seed: int, threads: int) -> str:
     return "\n".join(lines)
 
 
+@cli_main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default="cypriot", help="a built corpus under data/corpora (default cypriot)")
@@ -153,35 +158,33 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, help="also write the table to this markdown file")
     args = ap.parse_args(argv)
     os.environ.setdefault("SIGNCLUST_MLFLOW", "0")
-    sys.path.insert(0, str(REPO / "src"))
     import numpy as np
     import torch
 
     from signclust.config import load_params
     from signclust.data.corpus import Corpus
     from signclust.distances.provider import open_distances
-    from signclust.errors import UserError
     from signclust.io import atomic_write_text
 
     torch.set_num_threads(args.threads)
     params = load_params()
     corpus_dir = REPO / "data" / "corpora" / args.corpus
     if not corpus_dir.exists():
-        raise SystemExit(f"error: corpus '{args.corpus}' is not built (dvc repro -s prepare@{args.corpus} ...)")
+        raise UserError(f"corpus '{args.corpus}' is not built (dvc repro -s prepare@{args.corpus} ...)")
     corpus = Corpus.load(corpus_dir)
     dist_dir = REPO / "data" / "distances" / args.corpus
     distances = open_distances(corpus, dist_dir) if dist_dir.exists() else None
+    from signclust.models.train import run_config
+    for run in args.runs:                      # a misspelt row fails here, before any fit
+        run_config(run, params)
     # the first fit in a process pays for torch's one-time set-up (kernel selection, allocator):
     # one unrecorded fit of the cheapest row first, so every row is timed warm
     fit("jule", corpus, params, args.seed, distances)
     rows = []
     for run in args.runs:
-        try:
-            plain, labels = fit(run, corpus, params, args.seed, distances)
-            with PartTimer() as timer:
-                timed, timed_labels = fit(run, corpus, params, args.seed, distances)
-        except UserError as e:
-            raise SystemExit(f"error: {e}")
+        plain, labels = fit(run, corpus, params, args.seed, distances)
+        with PartTimer() as timer:
+            timed, timed_labels = fit(run, corpus, params, args.seed, distances)
         rows.append({"run": run, "plain": plain, "timed": timed, "seconds": timer.seconds,
                      "same": bool(np.array_equal(labels, timed_labels))})
         print(f"{run}: {plain:.1f} s plain, {timed:.1f} s timed; "
