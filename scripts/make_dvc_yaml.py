@@ -28,6 +28,7 @@ CORE = ["src/signclust/models/train.py", "src/signclust/models/base.py", "src/si
         "src/signclust/models/checkpoint.py", "src/signclust/data/corpus.py", "src/signclust/distances/provider.py",
         "src/signclust/config.py", "src/signclust/io.py", "src/signclust/tracking.py", "src/signclust/progress.py"]
 NETS = "src/signclust/models/baselines/_nets.py"
+CODES = "src/signclust/models/baselines/_codes.py"
 GLYPHS = "src/signclust/data/glyphs.py"
 MERGING = "src/signclust/models/merging.py"
 ENCODER = "src/signclust/models/visual_encoder.py"
@@ -40,9 +41,12 @@ GROUPS = {
                     True, False, None),
     "classical": (["ward_pixels", "ward_glyphs", "kmeans", "ward", "dpgmm"],
                   ["src/signclust/models/baselines/classical.py", "src/signclust/models/baselines/dp_moves.py",
-                   MERGING, NETS, GLYPHS], False, False, None),
-    "deep": (["jule", "deepcluster", "twostage", "swav", "deepdpm"],
+                   MERGING, NETS, CODES, GLYPHS], False, False, None),
+    "deep": (["jule", "deepcluster", "twostage", "swav"],
              ["src/signclust/models/baselines/{run}.py", NETS] + METRIC, True, True, "suite_deep"),
+    # the deep baseline with a helper module of its own (its autoencoder and UMAP codes, shared with dpgmm)
+    "deepdpm": (["deepdpm"], ["src/signclust/models/baselines/deepdpm.py", CODES, NETS] + METRIC, True, True,
+                "suite_deep"),
 }
 EVALUATE = ["src/signclust/evaluation/evaluate.py", "src/signclust/evaluation/metrics.py",
             "src/signclust/models/base.py"]
@@ -146,12 +150,12 @@ def build(params: dict) -> dict:
         "outs": [out_file("reports/ablation_${item}.md"), out_file("reports/figures/ablation_${item}.png"),
                  out_file("reports/timings/ablation_${item}.json")],   # wall times: no stage reads them
         "metrics": [out_file("reports/metrics/ablation_${item}.json")]}}
-    baselines = ["_nets", "classical", "dp_moves", "deepcluster", "deepdpm", "jule", "swav", "twostage"]
+    baselines = ["_nets", "_codes", "classical", "dp_moves", "deepcluster", "deepdpm", "jule", "swav", "twostage"]
     st["paper_check"] = {
         "cmd": "python -m signclust.reports.paper_check",
         "deps": [f"src/signclust/models/baselines/{b}.py" for b in baselines]
         + [MERGING, "src/signclust/data/benchmarks.py", "src/signclust/reports/paper_check.py"] + CORE,
-        "params": ["paper_check"] + [f"models.{m}" for m in GROUPS["deep"][0]],
+        "params": ["paper_check"] + [f"models.{m}" for m in GROUPS["deep"][0] + GROUPS["deepdpm"][0]],
         "outs": [out_file("reports/paper_check.md"), out_file("reports/paper_check.json")]}
     return {"stages": st, "plots": plots(suite)}
 

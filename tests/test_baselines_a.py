@@ -176,6 +176,32 @@ def test_dpgmm_merge_inference_is_diagonal_only():
         DPGMMPixels(n_components=10, pca_dim=5, covariance_type="full").fit(blob_corpus(), FitContext(seed=0))
 
 
+@pytest.mark.slow                     # numba compiles UMAP on first use (tens of seconds, once)
+def test_dpgmm_ae_umap_features_are_the_deepdpm_rows_codes():
+    """features: ae_umap clusters exactly what deepdpm clusters with features ae, umap_dim and L2
+    rows (the DeepDPM paper's Table 1 features), as float32; the pixel features are untouched."""
+    kw = dict(feat_dim=4, ae_epochs=2, ae_width=4, umap_neighbors=5)
+    corpus = blob_corpus()
+    ctx = FitContext(seed=3, progress=False, device="cpu")
+    ours = DPGMMPixels(features="ae_umap", umap_dim=3, **kw).features(corpus, 3, ctx)
+    from signclust.models.baselines._nets import fit_setup
+    deepdpm = get_clusterer("deepdpm", features="ae", umap_dim=3, transform="normalize", **kw)
+    ref = deepdpm.codes(corpus, ctx, *fit_setup(ctx))
+    assert ours.dtype == np.float32 and ours.shape == (corpus.n_tokens, 3)
+    assert np.array_equal(ours, ref.astype(np.float32))
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+    pixels = DPGMMPixels(pca_dim=5).features(corpus, 3)
+    assert np.array_equal(pixels, DPGMMPixels(pca_dim=5, features="pixels", ae_epochs=7).features(corpus, 3))
+
+
+def test_dpgmm_paper_umap_preset_and_its_bad_combination():
+    assert DPGMMPixels(preset="paper_umap").p == {**DPGMMPixels(preset="paper").p, "features": "ae_umap"}
+    with pytest.raises(UserError, match="glyphs: true is a choice of the pixel features"):
+        DPGMMPixels(features="ae_umap", glyphs=True)
+    with pytest.raises(UserError, match="features"):
+        DPGMMPixels(features="umap")
+
+
 def _gaussian_blobs(centres, n_per=40, sd=0.3, seed=0):
     rng = np.random.default_rng(seed)
     x = np.concatenate([c + sd * rng.standard_normal((n_per, len(c))) for c in np.asarray(centres, float)])

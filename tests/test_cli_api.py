@@ -141,6 +141,19 @@ def test_api_ward_fit_predict_save_load(tiny_corpus, tmp_path):
     assert html.exists() and png.exists()
 
 
+def test_api_dpgmm_on_learned_features_predicts_from_the_glyphs(tiny_corpus):
+    # UMAP has no exact map for new images: dpgmm with features ae_umap predicts as the deep rows do
+    corpus = tiny_corpus(per_type=4, n_texts=2)
+    labels = corpus.tokens["label"].to_numpy()
+    on_pixels = _Predictor("dpgmm", {"pca_dim": 5, "features": "pixels"}, 0, corpus, labels)
+    learned = _Predictor("dpgmm", {"pca_dim": 5, "features": "ae_umap"}, 0, corpus, labels)
+    assert on_pixels.pixel and on_pixels.pca is not None
+    assert not learned.pixel and learned.glyphs and learned.pca is None
+    from signclust.data.glyphs import normalize_glyphs
+    images = corpus.token_images()
+    assert np.array_equal(learned.transform(images), normalize_glyphs(images).reshape(len(images), -1) / np.float32(255))
+
+
 def test_api_defaults_are_the_shipped_configuration(tiny_corpus):
     from signclust.models.lm_clusterer import LMSignClusterer
     from signclust.models.train import run_config

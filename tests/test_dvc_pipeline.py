@@ -59,7 +59,7 @@ def test_each_train_stage_reads_only_its_own_method():
     own = {"train_lm": "lm_clusterer.py", "train_lm_gradient": "lm_gradient.py", "train_classical": "classical.py",
            "train_deep": "${item.run}.py", "train_suite_lm": "lm_clusterer.py",
            "train_suite_lm_gradient": "lm_gradient.py", "train_suite_classical": "classical.py",
-           "train_suite_deep": "${item}.py"}
+           "train_suite_deep": "${item}.py", "train_deepdpm": "deepdpm.py", "train_suite_deepdpm": "deepdpm.py"}
     models = ("lm_clusterer.py", "lm_gradient.py", "classical.py", "jule.py", "deepcluster.py", "swav.py",
               "twostage.py", "deepdpm.py")
     trains = {n: s for n, s in stages().items() if n.startswith("train")}

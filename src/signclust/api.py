@@ -28,9 +28,10 @@ that can be computed for new images:
   - ``kmeans``, ``ward``, ``dpgmm``: the method's own features, PCA of the pixels (or of the
     normalised glyphs with ``glyphs: true``) refitted exactly as the method fitted it on the
     training tokens; for k-means this is k-means' own assignment rule.
-  - every other method (``lm`` and the deep baselines): the normalised glyphs (the visual
-    representation ``lm`` starts from); their learned representation of a token needs the token
-    in the training corpus (a row of S, or a net that is not kept after the fit).
+  - every other method (``lm``, the deep baselines, ``dpgmm`` with ``features: ae_umap``): the
+    normalised glyphs (the visual representation ``lm`` starts from); their learned representation
+    of a token needs the token in the training corpus (a row of S, a net that is not kept after the
+    fit, a UMAP embedding).
 ``predict_rule_`` names the rule used.
 """
 from __future__ import annotations
@@ -42,6 +43,11 @@ import numpy as np
 from signclust.errors import UserError
 
 PIXEL_METHODS = ("kmeans", "ward", "dpgmm")
+
+
+def _on_pixels(method: str, params: dict) -> bool:
+    """Whether the method clustered (PCA of) the pixels, a representation refittable for new images."""
+    return method in PIXEL_METHODS and params.get("features", "pixels") == "pixels"
 
 
 def _registry() -> dict:
@@ -189,7 +195,7 @@ class SignClusterer:
         self.seconds_ = seconds
         self.predict_rule_ = ("nearest type centroid in the method's features (PCA of "
                               + ("normalised glyphs" if params.get("glyphs") else "pixels") + ")"
-                              if method in PIXEL_METHODS else "nearest type centroid of the normalised glyphs")
+                              if _on_pixels(method, params) else "nearest type centroid of the normalised glyphs")
         self._predictor = None
         self._inventory = None
 
@@ -319,7 +325,7 @@ class _Predictor:
     """Nearest type centroid in a representation computable for unseen images."""
 
     def __init__(self, method: str, params: dict, seed: int, corpus, labels: np.ndarray):
-        self.pixel = method in PIXEL_METHODS
+        self.pixel = _on_pixels(method, params)
         self.glyphs = bool(params.get("glyphs")) if self.pixel else True
         self.pca = None
         self.shape = corpus.image_size

@@ -50,8 +50,8 @@ from scipy.special import gammaln, multigammaln
 from signclust.data.corpus import Corpus
 from signclust.errors import UserError
 from signclust.models.base import Clusterer, ClusterResult, FitContext, register
-from signclust.models.baselines._nets import (GlyphCNN, embed, epoch_bar, faiss_kmeans,
-                                              fit_setup, images_to_tensor, log_epoch,
+from signclust.models.baselines._codes import CODE_PARAMS, ae_features, l2_rows, umap_embed
+from signclust.models.baselines._nets import (embed, epoch_bar, faiss_kmeans, fit_setup, log_epoch,
                                               shuffled_batches)
 from signclust.models.checkpoint import FitCheckpoint, capture_rng, restore_rng
 from signclust.models.params import Param
@@ -327,89 +327,6 @@ class SubClusterNets(nn.Module):
         self._init([j for j, s in enumerate(source) if s is None], gen)
 
 
-# =========================================================================== autoencoder
-class _ConvAE(nn.Module):
-    """GlyphCNN encoder, transposed-conv decoder: the optional learned features."""
-
-    def __init__(self, image_size: int, feat_dim: int, width: int):
-        super().__init__()
-        self.encoder = GlyphCNN(image_size=image_size, feat_dim=feat_dim, width=width)
-        self.size = image_size
-        self.s0 = int(math.ceil(image_size / 8))
-        c = width * 4
-        self.c0 = c
-        self.fc = nn.Linear(feat_dim, c * self.s0 * self.s0)
-        self.dec = nn.Sequential(
-            nn.ConvTranspose2d(c, c // 2, 4, stride=2, padding=1), nn.BatchNorm2d(c // 2), nn.ReLU(True),
-            nn.ConvTranspose2d(c // 2, c // 4, 4, stride=2, padding=1), nn.BatchNorm2d(c // 4), nn.ReLU(True),
-            nn.ConvTranspose2d(c // 4, 1, 4, stride=2, padding=1))
-
-    def forward(self, x):
-        z = self.encoder(x)
-        h = F.relu(self.fc(z)).view(-1, self.c0, self.s0, self.s0)
-        out = self.dec(h)
-        if out.shape[-1] != self.size:
-            out = F.interpolate(out, size=(self.size, self.size), mode="bilinear", align_corners=False)
-        return torch.sigmoid(out)
-
-
-def ae_features(images: np.ndarray, feat_dim: int, width: int, epochs: int, lr: float,
-                batch_size: int, device, gen, progress: bool, ckpt: FitCheckpoint | None = None,
-                resume: dict | None = None) -> np.ndarray:
-    """Codes of a conv autoencoder trained with MSE; with ``ckpt`` a checkpoint after every epoch
-    (phase "ae"), ``resume`` one to continue from."""
-    X = images_to_tensor(images)
-    model = _ConvAE(images.shape[1], feat_dim, width).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    start = 0
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        opt.load_state_dict(resume["opt"])
-        start = resume["epoch"]
-        restore_rng(resume["rng"], gen)
-    bar = epoch_bar(epochs, progress, "deepdpm-ae", start)
-    for epoch in bar:
-        tot, cnt = 0.0, 0
-        for idx in shuffled_batches(len(X), batch_size, gen, drop_last=False):
-            xb = X[idx].to(device)
-            loss = F.mse_loss(model(xb), xb)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            tot += float(loss.detach()) * len(idx)
-            cnt += len(idx)
-        if ckpt is not None:
-            ckpt.save({"phase": "ae", "epoch": epoch + 1, "model": model.state_dict(), "opt": opt.state_dict(),
-                       "rng": capture_rng(gen)})
-        bar.set_postfix(mse=f"{tot / max(cnt, 1):.4g}")
-    return embed(model.encoder, X, device=device)
-
-
-def umap_embed(z: np.ndarray, dim: int, n_neighbors: int, min_dist: float, seed: int) -> np.ndarray:
-    """The authors' make_umap_embeddings.py: ``umap.UMAP(n_neighbors=20, min_dist=0,
-    n_components=10)`` on the codes, before DeepDPM.py's input transform (its default: L2 rows,
-    the scale the NIW prior's Psi = 0.005 I was set for). UMAP with min_dist 0 packs each kNN
-    neighbourhood into a tight clump. Seeded, single-threaded (deterministic)."""
-    try:
-        import umap
-    except ImportError as e:          # pragma: no cover - depends on the environment
-        raise UserError("deepdpm: umap_dim > 0 needs umap-learn (pip install umap-learn), "
-                        "or set umap_dim: 0") from e
-    import warnings
-    z = np.asarray(z, dtype=np.float64)
-    n = len(z)
-    if n < 4:
-        return z
-    dim = int(min(dim, n - 2))
-    reducer = umap.UMAP(n_components=dim, n_neighbors=int(min(n_neighbors, n - 1)), min_dist=min_dist,
-                        random_state=seed, n_jobs=1)
-    with warnings.catch_warnings():
-        # spectral initialisation falls back to random on a disconnected kNN graph; n_jobs with a seed
-        warnings.simplefilter("ignore")
-        out = reducer.fit_transform(z)
-    return np.asarray(out, dtype=np.float64)
-
-
 # =========================================================================== the clusterer
 @register
 class DeepDPM(Clusterer):
@@ -419,18 +336,18 @@ class DeepDPM(Clusterer):
 
     PARAMS = {
         "features": Param("pca", str, choices=("pca", "ae"), doc="what is clustered: PCA of pixels | AE codes"),
-        "feat_dim": Param(10, int, min=1, doc="code size D"),
+        "feat_dim": CODE_PARAMS["feat_dim"],
         "transform": Param("scale", str, choices=("none", "scale", "standard", "normalize"),
                            doc="none | scale (one global std) | standard | normalize (L2 rows)"),
         # the paper's MNIST/USPS/Fashion pipeline (the authors' make_umap_embeddings.py + DeepDPM.py):
         # AE codes -> UMAP(10 dims, n_neighbors 20, min_dist 0) -> L2-normalised rows -> DeepDPM
         "umap_dim": Param(0, int, min=0, doc="UMAP the codes to this many dims before clustering "
                           "(0: off; the paper's pipeline: 10; needs umap-learn)"),
-        "umap_neighbors": Param(20, int, min=2, doc="UMAP n_neighbors (the authors' 20)"),
-        "umap_min_dist": Param(0.0, float, min=0, doc="UMAP min_dist (the authors' 0)"),
-        "ae_epochs": Param(30, int, min=1, doc="autoencoder epochs (features: ae)"),
-        "ae_width": Param(16, int, min=1, doc="autoencoder conv width"),
-        "ae_lr": Param(1e-3, float, gt=0, doc="autoencoder Adam learning rate"),
+        "umap_neighbors": CODE_PARAMS["umap_neighbors"],
+        "umap_min_dist": CODE_PARAMS["umap_min_dist"],
+        "ae_epochs": CODE_PARAMS["ae_epochs"],
+        "ae_width": CODE_PARAMS["ae_width"],
+        "ae_lr": CODE_PARAMS["ae_lr"],
         "init_k": Param(10, int, min=1, doc="clusters at the start (k-means)"),
         "alpha": Param(10.0, float, gt=0, doc="DP concentration"),
         "kappa": Param(1e-4, float, gt=0, doc="NIW: strength of the prior on means"),
@@ -510,7 +427,7 @@ class DeepDPM(Clusterer):
         elif t == "standard":
             z = (z - z.mean(axis=0)) / (z.std(axis=0) + 1e-12)
         elif t == "normalize":
-            z = z / (np.linalg.norm(z, axis=1, keepdims=True) + 1e-12)
+            z = l2_rows(z)
         return z
 
     # -- fit ------------------------------------------------------------------------
