@@ -190,16 +190,28 @@ def test_dpgmm_ae_umap_features_are_the_deepdpm_rows_codes():
     assert ours.dtype == np.float32 and ours.shape == (corpus.n_tokens, 3)
     assert np.array_equal(ours, ref.astype(np.float32))
     assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
-    pixels = DPGMMPixels(pca_dim=5).features(corpus, 3)
-    assert np.array_equal(pixels, DPGMMPixels(pca_dim=5, features="pixels", ae_epochs=7).features(corpus, 3))
+    # the default stays PCA of the pixels, exactly what k-means and Ward cluster
+    assert np.array_equal(DPGMMPixels(pca_dim=5).features(corpus, 3), KMeansPixels(pca_dim=5).features(corpus, 3))
 
 
-def test_dpgmm_paper_umap_preset_and_its_bad_combination():
-    assert DPGMMPixels(preset="paper_umap").p == {**DPGMMPixels(preset="paper").p, "features": "ae_umap"}
+@pytest.mark.slow                     # numba compiles UMAP on first use (tens of seconds, once)
+def test_dpgmm_on_learned_features_recovers_separated_blobs():
+    """The whole fit with features ae_umap: the three clean prototypes stay three components, and
+    the returned embedding is the learned features (unit rows), not the pixels."""
+    corpus = blob_corpus(n_per=30)
+    result = DPGMMPixels(features="ae_umap", n_components=10, feat_dim=4, ae_epochs=5, ae_width=4,
+                         umap_neighbors=10).fit(corpus, FitContext(seed=0, progress=False, device="cpu"))
+    assert score(corpus.labels(), result.labels)["v_measure"] == pytest.approx(1.0)
+    assert result.info["k_found"] == 3 and result.info["feature_dim"] == 10
+    assert np.allclose(np.linalg.norm(result.embedding, axis=1), 1.0, atol=1e-6)
+
+
+def test_dpgmm_learned_features_refuse_the_glyph_switch():
     with pytest.raises(UserError, match="glyphs: true is a choice of the pixel features"):
         DPGMMPixels(features="ae_umap", glyphs=True)
     with pytest.raises(UserError, match="features"):
         DPGMMPixels(features="umap")
+    DPGMMPixels(features="pixels", glyphs=True)           # the pixel features keep the switch
 
 
 def _gaussian_blobs(centres, n_per=40, sd=0.3, seed=0):

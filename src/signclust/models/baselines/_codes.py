@@ -5,7 +5,8 @@ DeepDPM (``features: ae``) and the DP-GMM (``features: ae_umap``) share them: th
 every method of its Table 1 (DeepDPM, moVB's DP-GMM, k-means, ...) on the same features on
 MNIST / USPS / Fashion-MNIST, the authors' ``pretrained_embeddings/umap_embedded_datasets/*_N2D``:
 an autoencoder's codes, then UMAP to 10 dimensions (make_umap_embeddings.py: n_neighbors 20,
-min_dist 0), then DeepDPM.py's default input transform, L2 rows.
+min_dist 0), then DeepDPM.py's default input transform, L2 rows. The authors' autoencoder is an
+MLP trained on all 70 000 images; ours is a small conv autoencoder trained on the images at hand.
 
 ``CODE_PARAMS``: the parameters (and defaults) of the autoencoder and UMAP steps, declared once
 for every class that uses them.
@@ -92,7 +93,7 @@ def ae_features(images: np.ndarray, feat_dim: int, width: int, epochs: int, lr: 
 
 
 def umap_embed(z: np.ndarray, dim: int, n_neighbors: int, min_dist: float, seed: int,
-               name: str = "deepdpm") -> np.ndarray:
+               name: str = "deepdpm", without: str = "set umap_dim: 0") -> np.ndarray:
     """The authors' make_umap_embeddings.py: ``umap.UMAP(n_neighbors=20, min_dist=0,
     n_components=10)`` on the codes, before DeepDPM.py's input transform (its default: L2 rows,
     the scale the NIW prior's Psi = 0.005 I was set for). UMAP with min_dist 0 packs each kNN
@@ -100,7 +101,7 @@ def umap_embed(z: np.ndarray, dim: int, n_neighbors: int, min_dist: float, seed:
     try:
         import umap
     except ImportError as e:          # pragma: no cover - depends on the environment
-        raise UserError(f"{name}: the UMAP step needs umap-learn (pip install umap-learn)") from e
+        raise UserError(f"{name}: the UMAP step needs umap-learn (pip install umap-learn), or {without}") from e
     import warnings
     z = np.asarray(z, dtype=np.float64)
     n = len(z)
