@@ -42,7 +42,7 @@ PARTS = {
                 "signclust.models.baselines.jule:agglomerate",
                 "signclust.models.baselines.jule:affinity_graph",
                 "signclust.models.baselines.jule:knn_search",
-                "signclust.models.baselines.deepdpm:umap_embed",
+                "signclust.models.baselines._codes:umap_embed",
                 "signclust.models.baselines.deepdpm:gaussian_log_resp",
                 "signclust.models.baselines.deepdpm:map_params",
                 "signclust.models.baselines.deepdpm:log_hastings_split",

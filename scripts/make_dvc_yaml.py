@@ -155,7 +155,8 @@ def build(params: dict) -> dict:
         "cmd": "python -m signclust.reports.paper_check",
         "deps": [f"src/signclust/models/baselines/{b}.py" for b in baselines]
         + [MERGING, "src/signclust/data/benchmarks.py", "src/signclust/reports/paper_check.py"] + CORE,
-        "params": ["paper_check"] + [f"models.{m}" for m in GROUPS["deep"][0] + GROUPS["deepdpm"][0]],
+        "params": ["paper_check"] + [f"models.{m}" for runs, _, _, models_key, _ in GROUPS.values() if models_key
+                                     for m in runs],
         "outs": [out_file("reports/paper_check.md"), out_file("reports/paper_check.json")]}
     return {"stages": st, "plots": plots(suite)}
 

@@ -214,6 +214,14 @@ def test_dpgmm_learned_features_refuse_the_glyph_switch():
     DPGMMPixels(features="pixels", glyphs=True)           # the pixel features keep the switch
 
 
+@pytest.mark.parametrize("name,params", [("dpgmm", {"features": "ae_umap"}), ("deepdpm", {"features": "ae"})])
+def test_learned_features_refuse_images_that_are_not_square(name, params):
+    # the autoencoder's decoder rebuilds square images: one error before any training
+    corpus = Corpus.from_arrays(np.zeros((6, 16, 12), np.uint8), labels=np.arange(6) % 2)
+    with pytest.raises(UserError, match=rf"^{name}: square images expected, got \(16, 12\)"):
+        get_clusterer(name, **params).fit(corpus, FitContext(seed=0, progress=False, device="cpu"))
+
+
 def _gaussian_blobs(centres, n_per=40, sd=0.3, seed=0):
     rng = np.random.default_rng(seed)
     x = np.concatenate([c + sd * rng.standard_normal((n_per, len(c))) for c in np.asarray(centres, float)])

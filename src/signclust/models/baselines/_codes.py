@@ -64,7 +64,9 @@ def ae_features(images: np.ndarray, feat_dim: int, width: int, epochs: int, lr: 
                 batch_size: int, device, gen, progress: bool, ckpt: FitCheckpoint | None = None,
                 resume: dict | None = None, name: str = "deepdpm") -> np.ndarray:
     """Codes of a conv autoencoder trained with MSE; with ``ckpt`` a checkpoint after every epoch
-    (phase "ae"), ``resume`` one to continue from."""
+    (phase "ae"), ``resume`` one to continue from. The decoder rebuilds square images only."""
+    if images.shape[1] != images.shape[2]:
+        raise UserError(f"{name}: square images expected, got {images.shape[1:]}")
     X = images_to_tensor(images)
     model = _ConvAE(images.shape[1], feat_dim, width).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)

@@ -101,8 +101,8 @@ class DPGMMPixels(PixelClusterer):
     ``features: ae_umap`` clusters, instead of PCA of the pixels, an approximation of the features
     the DeepDPM paper gives every method of its Table 1 on MNIST / USPS / Fashion-MNIST
     (``_codes.py``: autoencoder codes -> UMAP -> L2 rows): the ``paper_umap`` preset, which the
-    paper check runs to compare with the paper's moVB row. Not the default: on the sign corpora UMAP's clumps join signs and
-    K falls far below the truth (README "Evaluation")."""
+    paper check runs to compare with the paper's moVB row. Not the default: on the sign corpora
+    UMAP's clumps join signs and K falls far below the truth (README "Evaluation")."""
     name = "dpgmm"
     needs_k = False
     # PCA-20: sklearn's variational DP collapses to 1-2 components on 50 PCA dims of digit-like
@@ -143,12 +143,9 @@ class DPGMMPixels(PixelClusterer):
             return super().features(corpus, seed, ctx)
         # one seed for the autoencoder and UMAP; a direct call (no fit context) runs quietly
         ctx = FitContext(seed=seed, device=ctx.device if ctx else "auto", progress=bool(ctx and ctx.progress))
-        images = corpus.token_images()
-        if images.shape[1] != images.shape[2]:
-            raise UserError(f"dpgmm: features 'ae_umap' expects square images, got {images.shape[1:]}")
         device, gen = fit_setup(ctx)
         p = self.p
-        z = ae_features(images, p["feat_dim"], p["ae_width"], p["ae_epochs"], p["ae_lr"], p["ae_batch_size"],
+        z = ae_features(corpus.token_images(), p["feat_dim"], p["ae_width"], p["ae_epochs"], p["ae_lr"], p["ae_batch_size"],
                         device, gen, ctx.progress, name=self.name)
         z = umap_embed(z, p["umap_dim"], p["umap_neighbors"], p["umap_min_dist"], seed, name=self.name,
                        without="features: pixels")

@@ -410,8 +410,6 @@ class DeepDPM(Clusterer):
             dim = int(min(c["feat_dim"], x.shape[0] - 1, x.shape[1]))
             z = PCA(n_components=dim, svd_solver="full", random_state=int(ctx.seed)).fit_transform(x)
         else:
-            if images.shape[1] != images.shape[2]:
-                raise UserError(f"deepdpm: square images expected, got {images.shape[1:]}")
             z = ae_features(images, int(c["feat_dim"]), int(c["ae_width"]), int(c["ae_epochs"]),
                             float(c["ae_lr"]), int(c["batch_size"]), device, gen, ctx.progress,
                             ckpt, resume)
