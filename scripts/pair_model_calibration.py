@@ -87,6 +87,13 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
     return out
 
 
+def noisy_corpora(params: dict, held_out: tuple[str, ...] = ()) -> list[str]:
+    """The corpora with a pair model, the studies' default: the suite's hands and handwriting
+    regimes (of the ``held_out`` scripts too), cypriot, lineara. The free regime is clean."""
+    return [f"{s}_{r}" for s in [*params["prepare"]["suite"]["scripts"], *held_out]
+            for r in suite.REGIMES if r != "free"] + ["cypriot", "lineara"]
+
+
 def load_corpus(name: str, prepare_params: dict) -> Corpus:
     folder = REPO / "data" / "corpora" / name
     if is_corpus_folder(folder):
@@ -138,8 +145,7 @@ def main(argv=None):
     ap.add_argument("--out", help="default reports/pair_model_calibration.md")
     args = ap.parse_args(argv)
     params = load_params()
-    names = args.corpora or [f"{s}_{r}" for s in [*params["prepare"]["suite"]["scripts"], *DEFAULT_HELD_OUT]
-                             for r in suite.REGIMES if r != "free"] + ["cypriot", "lineara"]
+    names = args.corpora or noisy_corpora(params, DEFAULT_HELD_OUT)
     if args.corpora and not args.out:
         raise UserError("--corpora makes another study than reports/pair_model_calibration.md: give it its own --out")
     _, row_cfg, _ = run_config("lm", params)

@@ -24,9 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from pair_model_calibration import load_corpus  # noqa: E402  (data/corpora, else the suite builder in memory)
+from pair_model_calibration import load_corpus, noisy_corpora  # noqa: E402  (data/corpora, else the suite builder in memory)
 from signclust.config import load_params  # noqa: E402
-from signclust.data import suite  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
@@ -104,8 +103,7 @@ def main(argv=None):
     if any(not 0 < r <= 1 for r in args.ratios):
         raise UserError(f"--ratios {args.ratios}: each ratio must be in (0, 1]")
     params = load_params()
-    names = args.corpora or [f"{s}_{r}" for s in params["prepare"]["suite"]["scripts"]
-                             for r in suite.REGIMES if r != "free"] + ["cypriot", "lineara"]
+    names = args.corpora or noisy_corpora(params)
     if (args.corpora or args.ratios != list(DEFAULT_RATIOS) or args.seed) and not args.out:
         raise UserError("--corpora, --ratios or --seed make another study than reports/pair_ratio_sweep.md: "
                         "give it its own --out")

@@ -233,6 +233,8 @@ def test_parameters_are_checked():
         get_clusterer("lm", pair_ratios=[0.8, 1.5])
     with pytest.raises(UserError, match="unknown parameter"):
         get_clusterer("lm", epochs=3)
+    with pytest.raises(UserError, match="lm.vote"):
+        get_clusterer("lm", vote="all")
     assert get_clusterer("lm").cfg == L.LMConfig()
 
 
@@ -461,10 +463,57 @@ def _naive_avoidance(z, texts, a, b):
     return max(one(a, b), one(b, a))
 
 
+def _naive_knn_vote(edges, z, a, b, per_token):
+    """knn_vote of types a and b by counting edges one at a time: s the smaller type (a on a tie)."""
+    i, j, _ = edges
+    pairs = list(zip(z[i].tolist(), z[j].tolist()))
+    s, big = (a, b) if (z == a).sum() <= (z == b).sum() else (b, a)
+    p1 = sum(p == q for p, q in pairs) / len(pairs)
+    m = sum(p == s and q == big for p, q in pairs)
+    n = sum(p == s and q != s for p, q in pairs)
+    p0 = sum(q == big and p != big for p, q in pairs) / sum(p != q and p != big for p, q in pairs)
+    p0 = min(max(p0, 1e-6), 1 - 1e-6)                              # as the code clips it
+    llr = m * math.log(p1 / p0) + (n - m) * math.log((1 - p1) / (1 - p0))
+    return llr / (len(pairs) / len(z)) if per_token else llr
+
+
+@pytest.mark.parametrize("per_token", [False, True], ids=["edge", "token"])
+def test_knn_vote_against_a_loop(per_token):
+    rng = np.random.default_rng(3)
+    z = np.repeat(np.arange(5), [1, 2, 4, 6, 6])                 # types of 1 to 6 tokens; 3 and 4 tie
+    x = rng.normal(size=(19, 2)) + z[:, None] * 1.5
+    d = np.linalg.norm(x[:, None] - x[None], axis=2)
+    np.fill_diagonal(d, np.inf)
+    nb = np.argsort(d, axis=1)[:, :3]                             # a 3-NN graph, as LMSignClusterer.graph builds
+    edges = (np.repeat(np.arange(19), 3), nb.ravel(), d[np.arange(19)[:, None], nb].ravel())
+    u, v = np.array([0, 0, 1, 2, 3, 1, 3]), np.array([1, 2, 2, 3, 4, 4, 2])   # the last pair: v is the smaller
+    got = L.knn_vote(edges, z, 5, u, v, per_token)
+    want = [_naive_knn_vote(edges, z, a, b, per_token) for a, b in zip(u, v)]
+    assert got == pytest.approx(want)
+    assert max(want) > 0 > min(want)                              # neighbours vote for some pairs, against others
+
+
+def test_knn_vote_absorbs_a_token_whose_neighbours_are_all_one_type():
+    """A lone token whose every neighbour is in one large type gets positive evidence for joining
+    it and negative evidence for joining a type it has no edge to."""
+    z = np.array([0] * 6 + [1] * 6 + [2] * 6 + [3])               # type 3: the lone token
+    nb = [[1, 2], [0, 2], [0, 1], [4, 5], [3, 5], [3, 7],          # type 0: two groups, one edge to type 1
+          [7, 8], [6, 8], [6, 7], [10, 11], [9, 11], [9, 12],     # type 1 alike, one edge to type 2
+          [13, 14], [12, 14], [12, 13], [16, 17], [15, 17], [15, 6],
+          [3, 4]]                                                  # the lone token: both edges into type 0
+    edges = (np.repeat(np.arange(19), 2), np.array(nb).ravel(), np.ones(38))
+    vote = L.knn_vote(edges, z, 4, np.array([0, 1]), np.array([3, 3]), per_token=True)
+    # p1 = 33/38 of the edges stay in their type; half the edges that reach another type reach type 0
+    assert vote[0] == pytest.approx(2 * math.log((33 / 38) / 0.5) / 2)
+    assert vote[1] == pytest.approx(2 * math.log((5 / 38) / 0.5) / 2) and vote[1] < 0
+
+
+@pytest.mark.parametrize("vote", ["off", "token", "edge"])
 @pytest.mark.parametrize("coarse", [False, True], ids=["contexts over the types", "with coarse contexts"])
-def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
+def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote):
     """gain = w_lm dL_LM + max(w_dup prior(rank), w_hom log-odds(nearest link) - link_c0) + w_hom same-hand,
-    where dL_LM is the larger of the type and the coarse contexts' for pairs that avoid each other."""
+    where dL_LM is the larger of the type and the coarse contexts' for pairs that avoid each other;
+    with ``vote`` the max also holds w_dup prior(rank) + w_hom knn_vote."""
     x = _line(0.0, 0.3, 1.0, 1.2, 3.0, 3.1, 5.0, 5.6, 8.0, 8.2, 8.9, 9.3)
     z = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4, 4, 5])     # types of 1 to 3 tokens
     order = np.array([0, 4, 2, 9, 1, 6, 11, 3, 5, 10, 7, 8])
@@ -477,14 +526,14 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
     symbols = np.array([0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 1, 0]) if coarse else None   # coarse context symbols
     w = dict(w_lm=0.7, w_hom=1.3, w_dup=0.9, rank_c0=1.7, link_c0=0.6, context_beta=0.3, avoid_c0=0.5)
     seen, history, logged, out = _merge_round(monkeypatch, z, x, texts, pair, edges, symbols, batch=0.5,
-                                              candidates=2, max_rounds=1, **w)
+                                              candidates=2, max_rounds=1, vote=vote, **w)
     (u, v, gain, limit), = seen
     assert limit == 3                                    # batch 0.5 x 6 types
     # candidates: each type's 2 visually nearest types (no context partners: there is a pair model)
     cen = np.array([x[z == c, 0].mean() for c in range(6)])
     near = {tuple(sorted((a, int(b)))) for a in range(6) for b in np.argsort(np.abs(cen - cen[a]))[1:3]}
     assert sorted(zip(u.tolist(), v.tolist())) == sorted(near) and len(near) < 15
-    by_link, n_open = [], 0
+    by_link, by_vote, n_open = [], [], 0
     for a, b, g in zip(u, v, gain):
         lm = _naive_lm_gain(z, texts, z, 0.3, a, b)
         if symbols is not None and _naive_avoidance(z, texts, a, b) < -0.5:
@@ -493,11 +542,14 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse):
         prior = -1.7 - math.log(_visual_rank(x, z, a, b))
         between = [dd for ii, jj, dd in zip(*edges) if {z[ii], z[jj]} == {a, b}]
         link = 3.0 - 1.5 * min(between) if between else -math.inf
-        by_link.append(1.3 * link - 0.6 > 0.9 * prior)
+        knn = 0.9 * prior + 1.3 * _naive_knn_vote(edges, z, a, b, vote == "token") if vote != "off" else -math.inf
+        by_link.append(1.3 * link - 0.6 > max(0.9 * prior, knn))
+        by_vote.append(knn > max(0.9 * prior, 1.3 * link - 0.6))
         hand = sum(3.0 - 1.5 * abs(x[p, 0] - x[q, 0]) for t in texts for p in t for q in t
                    if p < q and {z[p], z[q]} == {a, b})
-        assert g == pytest.approx(0.7 * lm + max(0.9 * prior, 1.3 * link - 0.6) + 1.3 * hand), (a, b)
+        assert g == pytest.approx(0.7 * lm + max(0.9 * prior, 1.3 * link - 0.6, knn) + 1.3 * hand), (a, b)
     assert 0 < sum(by_link) < len(by_link)              # some pairs scored by their link, some by rank
+    assert (sum(by_vote) > 0) == (vote != "off")        # and with the vote, some by the kNN vote
     assert (n_open > 0) == coarse                       # the coarse contexts were in play
     chosen = L.disjoint_best(u, v, gain, 3)
     assert len(chosen) >= 2

@@ -24,6 +24,8 @@ where lo(d) = a - b d is the pair model's log-odds, d_min(u, v) the closest toke
 types on a token kNN graph, and S(u, v) the sum of lo over the pairs of their tokens that share a
 text (one hand: like compared with like). A clean corpus has no pair model: its visual term is the
 prior plus ``match_bonus`` for mutually nearest types that pass a ratio test.
+With ``vote`` (opt-in) the max also holds the prior plus w_hom ``knn_vote``(u, v): where the kNN
+edges of the smaller type's tokens land.
 
 A sign written by several hands (one hand per text) splits into one fragment per hand, and so do
 its neighbours: contexts over the current types cannot join the fragments, since each fragment's
@@ -122,6 +124,10 @@ class LMConfig:
     rank_c0: float = config_field(2.0, float, min=0, doc="prior log-odds against merging with the nearest type")
     link_c0: float = config_field(2.0, float, min=0,
                                   doc="prior log-odds against a merge supported by one close token pair")
+    vote: str = config_field("off", str, choices=("off", "token", "edge"),
+                             doc="noisy corpus: kNN-vote evidence for a small type joining a larger one "
+                                 "(token: each token counts once; edge: every kNN edge independently; "
+                                 "opt-in: reports/knn_vote_study.md)")
     match_ratio: float = config_field(0.7, float, gt=0, max=1,
                                       doc="clean corpus: mutual nearest types this much nearer than the next")
     match_bonus: float = config_field(3.0, float, min=0, doc="clean corpus: nats of a visual match")
@@ -470,6 +476,32 @@ def avoidance(z: np.ndarray, k: int, texts: list[np.ndarray], u: np.ndarray, v: 
     return np.maximum(poisson.logcdf(seen_uv, n[u] * covered[v]), poisson.logcdf(seen_vu, n[v] * covered[u]))
 
 
+def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int, u: np.ndarray,
+             v: np.ndarray, per_token: bool) -> np.ndarray:
+    """Log-likelihood ratio, in nats, that the smaller type s of each pair (u on a tie) is the
+    larger type big's sign, from where the kNN edges (``edges`` = (i, j, d)) of s's tokens land
+    outside s. Same sign: each edge lands in big at the rate p1 at which an edge stays inside its
+    type (over the whole graph); another sign: at the rate p0 at which edges from outside big land
+    in big. m of s's n leaving edges land in big: m log(p1 / p0) + (n - m) log((1 - p1) / (1 - p0)).
+    Only the edges that leave s count, which is exact for a single token and understates the
+    evidence for a larger s (its edges inside s would land in the merged type too). The edges of
+    one token are far from independent; ``per_token`` counts each token once (the sum divided by
+    the edges per token)."""
+    i, j, _ = edges
+    a, b = z[i], z[j]
+    out = a != b                                                           # (E,) edges leaving a type
+    p1 = float(np.clip(1.0 - out.mean(), 1e-6, 1 - 1e-6))
+    leaving = np.bincount(a[out], minlength=k).astype(np.float64)          # (k,) edges leaving each type
+    arriving = np.bincount(b[out], minlength=k).astype(np.float64)         # (k,) edges from outside into it
+    between = sparse.csr_matrix((np.ones(int(out.sum())), (a[out], b[out])), shape=(k, k))   # (k, k) s -> l
+    size = np.bincount(z, minlength=k)
+    s, big = np.where(size[u] <= size[v], u, v), np.where(size[u] <= size[v], v, u)
+    m, n = np.asarray(between[s, big]).ravel(), leaving[s]
+    p0 = np.clip(arriving[big] / np.maximum(out.sum() - leaving[big], 1.0), 1e-6, 1 - 1e-6)
+    llr = m * np.log(p1 / p0) + (n - m) * np.log((1 - p1) / (1 - p0))
+    return llr / (len(i) / len(z)) if per_token else llr
+
+
 def dup_prior(rank: np.ndarray, c0: float) -> np.ndarray:
     """Prior log-odds of a merge: -c0 for the visually nearest type, less by log(rank) further out."""
     return -c0 - np.log(rank)
@@ -630,7 +662,8 @@ class LMSignClusterer(Clusterer):
             np.add.at(cen, z, x)
             cen /= size[:, None]
             u, v, rank, ratio = candidate_pairs(cen, left, right, cfg.candidates, by_context=pair is None)
-            visual = cfg.w_dup * dup_prior(rank, cfg.rank_c0)
+            prior = cfg.w_dup * dup_prior(rank, cfg.rank_c0)
+            visual = prior
             if pair is None:
                 visual = visual + cfg.match_bonus * (ratio < cfg.match_ratio)
             else:
@@ -639,7 +672,11 @@ class LMSignClusterer(Clusterer):
                 d_min = 1.0 / np.maximum(link, 1e-12) - 1.0
                 # no link between two types: no link evidence (-inf, not w_hom x -inf: NaN at w_hom 0)
                 by_link = np.where(link > 0, cfg.w_hom * pair.log_odds(d_min) - cfg.link_c0, -np.inf)
-                visual = np.maximum(visual, by_link) + cfg.w_hom * same_hand
+                visual = np.maximum(visual, by_link)
+                if cfg.vote != "off":       # or the prior plus where the small type's kNN edges land
+                    by_vote = knn_vote(self.edges, z, k, u, v, per_token=cfg.vote == "token")
+                    visual = np.maximum(visual, prior + cfg.w_hom * by_vote)
+                visual = visual + cfg.w_hom * same_hand
             d_lm = lm_gain(left, right, alpha, u, v)
             if coarse is not None:
                 # a sign split by hand: its fragments avoid each other's texts, and their neighbours
