@@ -25,7 +25,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "scripts"))
 
+from pair_model_calibration import report_path  # noqa: E402  (--out, else reports/<name>; its own --out for another study)
 from signclust.config import load_params  # noqa: E402
 from signclust.data import suite  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
@@ -106,11 +108,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     params = load_params()
     changes = parse_changes(args.set)
-    if changes and not args.out:
-        raise UserError("--set makes another study than reports/heldout_scripts.md: give it its own --out")
+    out = report_path(args.out, "heldout_scripts.md", ("--set",), bool(changes))
     method, cfg, _ = run_config(ROWS[0], params)
     get_clusterer(method, **{**cfg, **changes})                    # an unknown or bad value: one line, now
-    out = Path(args.out or REPO / "reports" / "heldout_scripts.md")
     scored = set(params["prepare"]["suite"]["scripts"])
     overlap = sorted(set(args.scripts) & scored)
     if overlap:

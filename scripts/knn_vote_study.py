@@ -21,10 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from pair_model_calibration import load_corpus, noisy_corpora  # noqa: E402  (data/corpora, else the suite builder in memory)
+from pair_model_calibration import load_corpus, noisy_corpora, report_path  # noqa: E402  (data/corpora, else the suite builder in memory)
 from small_types_study import within  # noqa: E402  (K within ±20% of K true)
 from signclust.config import load_params  # noqa: E402
-from signclust.errors import UserError, cli_main  # noqa: E402
+from signclust.errors import cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
@@ -72,9 +72,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     params = load_params()
     names = args.corpora or noisy_corpora(params)
-    if (args.corpora or args.seed) and not args.out:
-        raise UserError("--corpora or --seed make another study than reports/knn_vote_study.md: "
-                        "give it its own --out")
+    out = report_path(args.out, "knn_vote_study.md", ("--corpora", "--seed"), bool(args.corpora or args.seed))
     method, row_cfg, _ = run_config("lm", params)
     table = {}
     for name in names:
@@ -88,7 +86,7 @@ def main(argv=None):
         print(f"{name} (K true {r['k_true']}): " + ", ".join(f"{v} K {r[v][0]} V {r[v][1]:.3f}" for v in VOTES),
               flush=True)
     text = markdown(table, args.seed)
-    atomic_write_text(Path(args.out or REPO / "reports" / "knn_vote_study.md"), text)
+    atomic_write_text(out, text)
     print(text)
 
 

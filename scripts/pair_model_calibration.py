@@ -94,6 +94,16 @@ def noisy_corpora(params: dict, held_out: tuple[str, ...] = ()) -> list[str]:
             for r in suite.REGIMES if r != "free"] + ["cypriot", "lineara"]
 
 
+def report_path(out: str | None, report: str, options: tuple[str, ...], changed: bool) -> Path:
+    """Where a study writes: ``out``, else reports/<report>. A study whose ``options`` are ``changed``
+    from their defaults is another study than the committed report and must name its own --out."""
+    if changed and not out:
+        named = options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]
+        raise UserError(f"{named} make{'s' if len(options) == 1 else ''} another study than reports/{report}: "
+                        "give it its own --out")
+    return Path(out) if out else REPO / "reports" / report
+
+
 def load_corpus(name: str, prepare_params: dict) -> Corpus:
     folder = REPO / "data" / "corpora" / name
     if is_corpus_folder(folder):
@@ -146,8 +156,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     params = load_params()
     names = args.corpora or noisy_corpora(params, DEFAULT_HELD_OUT)
-    if args.corpora and not args.out:
-        raise UserError("--corpora makes another study than reports/pair_model_calibration.md: give it its own --out")
+    out = report_path(args.out, "pair_model_calibration.md", ("--corpora",), bool(args.corpora))
     _, row_cfg, _ = run_config("lm", params)
     rows = {}
     for name in names:
@@ -159,7 +168,7 @@ def main(argv=None):
               f"{r['lm_v_true']:.3f}",
               flush=True)
     text = markdown(rows, args.seed)
-    atomic_write_text(Path(args.out or REPO / "reports" / "pair_model_calibration.md"), text)
+    atomic_write_text(out, text)
     print(text)
 
 

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from pair_model_calibration import load_corpus, noisy_corpora  # noqa: E402  (data/corpora, else the suite builder in memory)
+from pair_model_calibration import load_corpus, noisy_corpora, report_path  # noqa: E402  (data/corpora, else the suite builder in memory)
 from signclust.config import load_params  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
@@ -104,9 +104,8 @@ def main(argv=None):
         raise UserError(f"--ratios {args.ratios}: each ratio must be in (0, 1]")
     params = load_params()
     names = args.corpora or noisy_corpora(params)
-    if (args.corpora or args.ratios != list(DEFAULT_RATIOS) or args.seed) and not args.out:
-        raise UserError("--corpora, --ratios or --seed make another study than reports/pair_ratio_sweep.md: "
-                        "give it its own --out")
+    out = report_path(args.out, "pair_ratio_sweep.md", ("--corpora", "--ratios", "--seed"),
+                      bool(args.corpora or args.ratios != list(DEFAULT_RATIOS) or args.seed))
     _, row_cfg, _ = run_config("lm", params)
     check_ratios(args.ratios, get_clusterer("lm", **row_cfg).cfg.pair_ratios)
     table = {}
@@ -120,7 +119,7 @@ def main(argv=None):
         print(f"{name}: " + ", ".join(f"{r['ratio']:g} K {r['k']} V {r['v']:.3f}" for r in t["rows"])
               + f"; kept {t['kept']}, best V {t['best_v']}", flush=True)
     text = markdown(table, args.ratios, args.seed)
-    atomic_write_text(Path(args.out or REPO / "reports" / "pair_ratio_sweep.md"), text)
+    atomic_write_text(out, text)
     print(text)
 
 

@@ -22,11 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from pair_model_calibration import load_corpus  # noqa: E402  (data/corpora, else the suite builder in memory)
+from pair_model_calibration import load_corpus, report_path  # noqa: E402  (data/corpora, else the suite builder in memory)
 from signclust.config import load_params  # noqa: E402
 from signclust.data import suite  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
-from signclust.errors import UserError, cli_main  # noqa: E402
+from signclust.errors import cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
@@ -115,9 +115,7 @@ def main(argv=None):
     params = load_params()
     names = args.corpora or [f"{s}_{r}" for s in params["prepare"]["suite"]["scripts"]
                              for r in suite.REGIMES] + ["cypriot", "lineara"]
-    if (args.corpora or args.seed) and not args.out:
-        raise UserError("--corpora or --seed make another study than reports/small_types_study.md: "
-                        "give it its own --out")
+    out = report_path(args.out, "small_types_study.md", ("--corpora", "--seed"), bool(args.corpora or args.seed))
     _, row_cfg, _ = run_config("lm", params)
     table = {}
     for name in names:
@@ -126,7 +124,7 @@ def main(argv=None):
         print(f"{name}: K {r['k']} (true {r['k_true']}) V {r['v']:.3f}; "
               + ", ".join(f"absorbed <= {m}: K {k} V {v:.3f}" for m, (k, v) in r["absorbed"].items()), flush=True)
     text = markdown(table, args.seed)
-    atomic_write_text(Path(args.out or REPO / "reports" / "small_types_study.md"), text)
+    atomic_write_text(out, text)
     print(text)
 
 
