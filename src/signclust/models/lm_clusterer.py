@@ -493,7 +493,7 @@ def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k:
     p1 = float(np.clip(1.0 - out.mean(), 1e-6, 1 - 1e-6))
     leaving = np.bincount(a[out], minlength=k).astype(np.float64)          # (k,) edges leaving each type
     arriving = np.bincount(b[out], minlength=k).astype(np.float64)         # (k,) edges from outside into it
-    between = sparse.csr_matrix((np.ones(int(out.sum())), (a[out], b[out])), shape=(k, k))   # (k, k) s -> l
+    between = sparse.csr_matrix((np.ones(int(out.sum())), (a[out], b[out])), shape=(k, k))   # (k, k) edges type -> type
     size = np.bincount(z, minlength=k)
     s, big = np.where(size[u] <= size[v], u, v), np.where(size[u] <= size[v], v, u)
     m, n = np.asarray(between[s, big]).ravel(), leaving[s]
