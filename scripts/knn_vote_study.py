@@ -2,8 +2,10 @@
 
     .venv/bin/python scripts/knn_vote_study.py          # -> reports/knn_vote_study.md
     .venv/bin/python scripts/knn_vote_study.py --corpora latin_hands cypriot --out /tmp/v.md
+    .venv/bin/python scripts/knn_vote_study.py --votes near --out reports/knn_vote_study_near.md
 
-Fits ``runs.lm`` (seed 0) once per ``vote`` setting (off, the default; token; edge) on every
+Fits ``runs.lm`` (seed 0) once per ``vote`` setting (off, the default; token; edge; or the
+settings given by ``--votes``, always beside off) on every
 noisy corpus (the suite's hands and handwriting regimes, cypriot, lineara: a clean corpus has no
 kNN graph, so the setting cannot change it) and scores K and V. The labels are used only to score.
 Corpora not in ``data/corpora`` are built in memory by the suite's builder, as
@@ -30,31 +32,34 @@ from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 
-VOTES = ("off", "token", "edge")
+VOTES = ("off", "token", "edge", "near")
+STUDIED = ("token", "edge")                # the settings of reports/knn_vote_study.md
+MEANS = {"token": "counts each token once", "edge": "every edge",
+         "near": "every edge, against the tokens near the larger type"}
 
 
 def k_error(k: int, k_true: int) -> float:
     return (k - k_true) / k_true
 
 
-def markdown(table: dict, seed: int) -> str:
+def markdown(table: dict, seed: int, votes: tuple[str, ...] = ("off",) + STUDIED) -> str:
     lines = ["# lm with kNN-vote evidence for small types (`models.lm.vote`)", "",
              f"Written by `scripts/knn_vote_study.py` (seed {seed}, `runs.lm` as configured, one fit per `vote`). "
              "A small type's merge into a larger one may also be scored by where its tokens' kNN edges land "
-             "(`knn_vote` in models/lm_clusterer.py): `token` counts each token once, `edge` every edge. "
+             "(`knn_vote` in models/lm_clusterer.py): " + ", ".join(f"`{v}` {MEANS[v]}" for v in votes[1:]) + ". "
              "K error: (K - K true) / K true; bold: within ±20%.", "",
-             "| corpus | K true | " + " | ".join(f"`{v}` K | V" for v in VOTES) + " |",
-             "|---|---:|" + "---:|---:|" * len(VOTES)]
+             "| corpus | K true | " + " | ".join(f"`{v}` K | V" for v in votes) + " |",
+             "|---|---:|" + "---:|---:|" * len(votes)]
     for name, r in table.items():
         cells = [name, str(r["k_true"])]
-        for v in VOTES:
+        for v in votes:
             k, vm = r[v]
             err = k_error(k, r["k_true"])
             cells += [f"**{k}** ({err:+.0%})" if within(k, r["k_true"]) else f"{k} ({err:+.0%})", f"{vm:.3f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| `vote` | K within ±20% | median K error | mean V | change of V against `off`: mean | "
               "largest loss |", "|---|---:|---:|---:|---:|---:|"]
-    for v in VOTES:
+    for v in votes:
         errs = [abs(k_error(r[v][0], r["k_true"])) for r in table.values()]
         dv = [r[v][1] - r["off"][1] for r in table.values()]
         hits = sum(within(r[v][0], r["k_true"]) for r in table.values())
@@ -68,24 +73,28 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpora", nargs="+", help="default: the suite's hands and handwriting corpora, cypriot, lineara")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--votes", nargs="+", choices=VOTES[1:], default=list(STUDIED),
+                    help="the settings fitted beside off (default: %(default)s)")
     ap.add_argument("--out", help="default reports/knn_vote_study.md")
     args = ap.parse_args(argv)
     params = load_params()
     names = args.corpora or noisy_corpora(params)
-    out = report_path(args.out, "knn_vote_study.md", ("--corpora", "--seed"), bool(args.corpora or args.seed))
+    votes = ("off",) + tuple(dict.fromkeys(args.votes))
+    out = report_path(args.out, "knn_vote_study.md", ("--corpora", "--seed", "--votes"),
+                      bool(args.corpora or args.seed or votes[1:] != STUDIED))
     method, row_cfg, _ = run_config("lm", params)
     table = {}
     for name in names:
         corpus = load_corpus(name, params["prepare"])
         gold = corpus.labels()
         table[name] = r = {"k_true": len(np.unique(gold))}
-        for vote in VOTES:
+        for vote in votes:
             result = get_clusterer(method, **{**row_cfg, "vote": vote}).fit(
                 corpus, FitContext(seed=args.seed, n_clusters=None, device="cpu", progress=False))
             r[vote] = (int(result.info["k_found"]), score(gold, np.asarray(result.labels))["v_measure"])
-        print(f"{name} (K true {r['k_true']}): " + ", ".join(f"{v} K {r[v][0]} V {r[v][1]:.3f}" for v in VOTES),
+        print(f"{name} (K true {r['k_true']}): " + ", ".join(f"{v} K {r[v][0]} V {r[v][1]:.3f}" for v in votes),
               flush=True)
-    text = markdown(table, args.seed)
+    text = markdown(table, args.seed, votes)
     atomic_write_text(out, text)
     print(text)
 

@@ -19,7 +19,7 @@ spec.loader.exec_module(study)
 @pytest.fixture
 def fake_fits(tiny_corpus, monkeypatch):
     """load_corpus and get_clusterer replaced: every name loads one tiny corpus (4 signs); a fit
-    reports K 4, 5 or 3 for vote off, token, edge. Returns (names loaded, (method, params) fitted)."""
+    reports K 4, 5, 3 or 6 for vote off, token, edge, near. Returns (names loaded, (method, params) fitted)."""
     corpus = tiny_corpus(n_types=4, per_type=5, n_texts=2, seed=1)
     loaded, fits = [], []
     monkeypatch.setattr(study, "load_corpus", lambda name, prep: loaded.append(name) or corpus)
@@ -29,7 +29,7 @@ def fake_fits(tiny_corpus, monkeypatch):
             fits.append((method, cfg))
 
         def fit(self, corpus_, ctx):
-            k = {"off": 4, "token": 5, "edge": 3}[fits[-1][1]["vote"]]
+            k = {"off": 4, "token": 5, "edge": 3, "near": 6}[fits[-1][1]["vote"]]
             return ClusterResult(corpus_.labels() % k, np.zeros(corpus_.n_tokens), {"k_found": k})
     monkeypatch.setattr(study, "get_clusterer", Fake)
     return loaded, fits
@@ -50,6 +50,19 @@ def test_main_fits_lm_once_per_vote_with_the_configured_params(fake_fits, tmp_pa
     with pytest.raises(SystemExit) as stop:
         study.main(["--corpora", "a_hands"])
     assert stop.value.code != 0 and "give it its own --out" in capsys.readouterr().err
+
+
+def test_votes_fits_the_settings_given_beside_off_and_needs_its_own_out(fake_fits, tmp_path, capsys):
+    loaded, fits = fake_fits
+    out = tmp_path / "near.md"
+    study.main(["--corpora", "a_hands", "--votes", "near", "--out", str(out)])
+    assert [cfg["vote"] for _, cfg in fits] == ["off", "near"]
+    text = out.read_text()
+    assert "| corpus | K true | `off` K | V | `near` K | V |" in text and "`near` every edge, against the tokens near" in text
+    assert "| `near` | 0 of 1 | 50% | 1.000 | +0.0000 | +0.0000 |" in text and "| `token` |" not in text
+    with pytest.raises(SystemExit) as stop:
+        study.main(["--votes", "near"])
+    assert stop.value.code != 0 and "--votes make another study" in capsys.readouterr().err
 
 
 def test_the_default_corpora_are_the_noisy_ones_and_the_default_vote_is_off(fake_fits, tmp_path):

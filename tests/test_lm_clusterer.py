@@ -463,7 +463,7 @@ def _naive_avoidance(z, texts, a, b):
     return max(one(a, b), one(b, a))
 
 
-def _naive_knn_vote(edges, z, a, b, per_token):
+def _naive_knn_vote(edges, z, a, b, mode):
     """knn_vote of types a and b by counting edges one at a time: s the smaller type (a on a tie)."""
     i, j, _ = edges
     pairs = list(zip(z[i].tolist(), z[j].tolist()))
@@ -471,26 +471,39 @@ def _naive_knn_vote(edges, z, a, b, per_token):
     p1 = sum(p == q for p, q in pairs) / len(pairs)
     m = sum(p == s and q == big for p, q in pairs)
     n = sum(p == s and q != s for p, q in pairs)
-    p0 = sum(q == big and p != big for p, q in pairs) / sum(p != q and p != big for p, q in pairs)
+    if mode == "near":
+        # each token outside big: the share of its edges that land in big, kept when in (0, 1/2]
+        shares = []
+        for t in range(len(z)):
+            targets = [z[jj] for ii, jj in zip(i, j) if ii == t]
+            if z[t] != big and targets and 0 < targets.count(big) <= len(targets) / 2:
+                shares.append(targets.count(big) / len(targets))
+        p0 = sum(shares) / len(shares) if shares else len(z) / len(pairs)
+    else:
+        p0 = sum(q == big and p != big for p, q in pairs) / sum(p != q and p != big for p, q in pairs)
     p0 = min(max(p0, 1e-6), 1 - 1e-6)                              # as the code clips it
+    if mode == "near" and p0 >= p1:
+        return -math.inf
     llr = m * math.log(p1 / p0) + (n - m) * math.log((1 - p1) / (1 - p0))
-    return llr / (len(pairs) / len(z)) if per_token else llr
+    return llr / (len(pairs) / len(z)) if mode == "token" else llr
 
 
-@pytest.mark.parametrize("per_token", [False, True], ids=["edge", "token"])
-def test_knn_vote_against_a_loop(per_token):
-    rng = np.random.default_rng(3)
+@pytest.mark.parametrize("mode, seed, k_nn", [("edge", 3, 3), ("token", 3, 3), ("near", 8, 4)])
+def test_knn_vote_against_a_loop(mode, seed, k_nn):
+    rng = np.random.default_rng(seed)
     z = np.repeat(np.arange(5), [1, 2, 4, 6, 6])                 # types of 1 to 6 tokens; 3 and 4 tie
     x = rng.normal(size=(19, 2)) + z[:, None] * 1.5
     d = np.linalg.norm(x[:, None] - x[None], axis=2)
     np.fill_diagonal(d, np.inf)
-    nb = np.argsort(d, axis=1)[:, :3]                             # a 3-NN graph, as LMSignClusterer.graph builds
-    edges = (np.repeat(np.arange(19), 3), nb.ravel(), d[np.arange(19)[:, None], nb].ravel())
+    nb = np.argsort(d, axis=1)[:, :k_nn]                          # a kNN graph, as LMSignClusterer.graph builds
+    edges = (np.repeat(np.arange(19), k_nn), nb.ravel(), d[np.arange(19)[:, None], nb].ravel())
     u, v = np.array([0, 0, 1, 2, 3, 1, 3]), np.array([1, 2, 2, 3, 4, 4, 2])   # the last pair: v is the smaller
-    got = L.knn_vote(edges, z, 5, u, v, per_token)
-    want = [_naive_knn_vote(edges, z, a, b, per_token) for a, b in zip(u, v)]
+    got = L.knn_vote(edges, z, 5, u, v, mode)
+    want = [_naive_knn_vote(edges, z, a, b, mode) for a, b in zip(u, v)]
     assert got == pytest.approx(want)
-    assert max(want) > 0 > min(want)                              # neighbours vote for some pairs, against others
+    finite = [w for w in want if w > -math.inf]
+    assert max(finite) > 0 > min(finite)                          # neighbours vote for some pairs, against others
+    assert (len(finite) < len(want)) == (mode == "near")         # near: no vote where p0 >= p1
 
 
 def test_knn_vote_absorbs_a_token_whose_neighbours_are_all_one_type():
@@ -502,13 +515,30 @@ def test_knn_vote_absorbs_a_token_whose_neighbours_are_all_one_type():
           [13, 14], [12, 14], [12, 13], [16, 17], [15, 17], [15, 6],
           [3, 4]]                                                  # the lone token: both edges into type 0
     edges = (np.repeat(np.arange(19), 2), np.array(nb).ravel(), np.ones(38))
-    vote = L.knn_vote(edges, z, 4, np.array([0, 1]), np.array([3, 3]), per_token=True)
+    vote = L.knn_vote(edges, z, 4, np.array([0, 1]), np.array([3, 3]), "token")
     # p1 = 33/38 of the edges stay in their type; half the edges that reach another type reach type 0
     assert vote[0] == pytest.approx(2 * math.log((33 / 38) / 0.5) / 2)
     assert vote[1] == pytest.approx(2 * math.log((5 / 38) / 0.5) / 2) and vote[1] < 0
 
 
-@pytest.mark.parametrize("vote", ["off", "token", "edge"])
+def test_near_rate_leaves_out_the_fragments_of_a_type():
+    """near_rate of a type: the mean share of their edges that the tokens outside it send into it,
+    over those that send it at least one and at most half; tokens that send more (fragments of
+    its sign) and the type's own tokens are left out, and a type no such token reaches gets the
+    share of one edge of the mean token (N / E)."""
+    z = np.array([0, 0, 0, 0, 1, 2, 3, 4, 1])
+    nb = [[1, 2, 3, 4], [0, 2, 3, 5], [0, 1, 3, 0], [0, 1, 2, 1],    # type 0: one edge out to type 1, one to 2
+          [0, 1, 2, 5],                    # token 4 (type 1): 3/4 into type 0 (left out), 1/4 into type 2
+          [0, 4, 6, 6],                    # token 5 (type 2): 1/4 into 0, 1/4 into 1, 1/2 into 3
+          [0, 1, 5, 5],                    # token 6 (type 3): 1/2 into 0, 1/2 into 2
+          [0, 1, 2, 3, 0, 1],              # token 7 (type 4): all 6 into type 0 (left out); nothing reaches it
+          [4, 4, 0, 5]]                    # token 8 (type 1): half inside its own type, 1/4 into 0, 1/4 into 2
+    edges = (np.repeat(np.arange(9), [len(n) for n in nb]), np.concatenate(nb), np.ones(38))
+    assert L.near_rate(edges, z, 5) == pytest.approx([(1 / 4 + 1 / 2 + 1 / 4) / 3, 1 / 4,
+                                                       (1 / 4 + 1 / 4 + 1 / 2 + 1 / 4) / 4, 1 / 2, 9 / 38])
+
+
+@pytest.mark.parametrize("vote", ["off", "token", "edge", "near"])
 @pytest.mark.parametrize("coarse", [False, True], ids=["contexts over the types", "with coarse contexts"])
 def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote):
     """gain = w_lm dL_LM + max(w_dup prior(rank), w_hom log-odds(nearest link) - link_c0) + w_hom same-hand,
@@ -518,11 +548,12 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote)
     z = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4, 4, 5])     # types of 1 to 3 tokens
     order = np.array([0, 4, 2, 9, 1, 6, 11, 3, 5, 10, 7, 8])
     texts = [order[:4], order[4:8], order[8:]]
-    pair = L.PairModel(a=3.0, b=1.5, n_positive=10)
-    # the token graph: every pair nearer than 2.5 (types 0 and 5 have no link)
-    i, j = np.triu_indices(12, 1)
-    d = np.abs(x[i, 0] - x[j, 0])
-    edges = (i[d < 2.5], j[d < 2.5], d[d < 2.5])
+    pair = L.PairModel(a=2.0, b=1.5, n_positive=10)
+    # the token graph: each token's 4 nearest tokens, as LMSignClusterer.graph builds (types 0 and 5 have no link)
+    d = np.abs(x[:, None, 0] - x[None, :, 0])
+    np.fill_diagonal(d, np.inf)
+    nb = np.argsort(d, axis=1, kind="stable")[:, :4]
+    edges = (np.repeat(np.arange(12), 4), nb.ravel(), d[np.arange(12)[:, None], nb].ravel())
     symbols = np.array([0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 1, 0]) if coarse else None   # coarse context symbols
     w = dict(w_lm=0.7, w_hom=1.3, w_dup=0.9, rank_c0=1.7, link_c0=0.6, context_beta=0.3, avoid_c0=0.5)
     seen, history, logged, out = _merge_round(monkeypatch, z, x, texts, pair, edges, symbols, batch=0.5,
@@ -541,11 +572,11 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote)
             lm = max(lm, _naive_lm_gain(z, texts, symbols, 0.3, a, b))
         prior = -1.7 - math.log(_visual_rank(x, z, a, b))
         between = [dd for ii, jj, dd in zip(*edges) if {z[ii], z[jj]} == {a, b}]
-        link = 3.0 - 1.5 * min(between) if between else -math.inf
-        knn = 0.9 * prior + 1.3 * _naive_knn_vote(edges, z, a, b, vote == "token") if vote != "off" else -math.inf
+        link = 2.0 - 1.5 * min(between) if between else -math.inf
+        knn = 0.9 * prior + 1.3 * _naive_knn_vote(edges, z, a, b, vote) if vote != "off" else -math.inf
         by_link.append(1.3 * link - 0.6 > max(0.9 * prior, knn))
         by_vote.append(knn > max(0.9 * prior, 1.3 * link - 0.6))
-        hand = sum(3.0 - 1.5 * abs(x[p, 0] - x[q, 0]) for t in texts for p in t for q in t
+        hand = sum(2.0 - 1.5 * abs(x[p, 0] - x[q, 0]) for t in texts for p in t for q in t
                    if p < q and {z[p], z[q]} == {a, b})
         assert g == pytest.approx(0.7 * lm + max(0.9 * prior, 1.3 * link - 0.6, knn) + 1.3 * hand), (a, b)
     assert 0 < sum(by_link) < len(by_link)              # some pairs scored by their link, some by rank
@@ -564,9 +595,11 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote)
     assert logged == [(record, 1)]
 
 
-def test_merge_gain_without_the_pair_evidence_is_finite(monkeypatch):
+@pytest.mark.parametrize("vote", ["off", "token", "edge", "near"])
+def test_merge_gain_without_the_pair_evidence_is_finite(monkeypatch, vote):
     """w_hom = 0 (the ablation's no_pair): a pair without a link keeps the rank prior, a linked pair
-    gets max(prior, -link_c0); before, 0 x log-odds(inf) made the gain of unlinked pairs NaN."""
+    gets max(prior, -link_c0); before, 0 x log-odds(inf) made the gain of unlinked pairs NaN, and
+    0 x the near vote's -inf (no vote) would."""
     x = _line(0.0, 0.3, 1.0, 1.2, 3.0, 3.1, 5.0, 5.6, 8.0, 8.2, 8.9, 9.3)
     z = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4, 4, 5])
     texts = [np.arange(0, 4), np.arange(4, 8), np.arange(8, 12)]
@@ -574,8 +607,11 @@ def test_merge_gain_without_the_pair_evidence_is_finite(monkeypatch):
     d = np.abs(x[i, 0] - x[j, 0])
     edges = (i[d < 1.5], j[d < 1.5], d[d < 1.5])                 # types 1 and 2 have no link
     seen, *_ = _merge_round(monkeypatch, z, x, texts, L.PairModel(3.0, 1.5, 10), edges, None, batch=0.5,
-                            candidates=2, max_rounds=1, w_hom=0.0, w_lm=0.0, w_dup=1.0, rank_c0=1.7, link_c0=0.6)
+                            candidates=2, max_rounds=1, w_hom=0.0, w_lm=0.0, w_dup=1.0, rank_c0=1.7, link_c0=0.6,
+                            vote=vote)
     (u, v, gain, _), = seen
+    if vote == "near":                                            # the case the guard is for: no vote somewhere
+        assert np.isinf(L.knn_vote(edges, z, 6, u, v, "near")).any()
     linked = {(int(z[a]), int(z[b])) for a, b in zip(*edges[:2]) if z[a] != z[b]}
     assert np.isfinite(gain).all()
     for a, b, g in zip(u, v, gain):

@@ -124,10 +124,11 @@ class LMConfig:
     rank_c0: float = config_field(2.0, float, min=0, doc="prior log-odds against merging with the nearest type")
     link_c0: float = config_field(2.0, float, min=0,
                                   doc="prior log-odds against a merge supported by one close token pair")
-    vote: str = config_field("off", str, choices=("off", "token", "edge"),
+    vote: str = config_field("off", str, choices=("off", "token", "edge", "near"),
                              doc="noisy corpus: kNN-vote evidence for a small type joining a larger one "
                                  "(token: each token counts once; edge: every kNN edge independently; "
-                                 "opt-in: reports/knn_vote_study.md)")
+                                 "near: against the tokens near the larger type; "
+                                 "opt-in: reports/knn_vote_study.md, reports/knn_vote_study_near.md)")
     match_ratio: float = config_field(0.7, float, gt=0, max=1,
                                       doc="clean corpus: mutual nearest types this much nearer than the next")
     match_bonus: float = config_field(3.0, float, min=0, doc="clean corpus: nats of a visual match")
@@ -476,30 +477,60 @@ def avoidance(z: np.ndarray, k: int, texts: list[np.ndarray], u: np.ndarray, v: 
     return np.maximum(poisson.logcdf(seen_uv, n[u] * covered[v]), poisson.logcdf(seen_vu, n[v] * covered[u]))
 
 
+def near_rate(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int) -> np.ndarray:
+    """(k,) the rate at which the kNN edges of another sign's tokens land in each type, read off the
+    tokens near it: the mean share of its edges that a token outside the type sends into it, over
+    the tokens that send it at least one edge and at most half of them (a token that sends more is
+    likelier the type's own sign split off). A type no such token reaches: the share of one edge of
+    the mean token (N / E)."""
+    i, j, _ = edges
+    out = z[i] != z[j]
+    per_token = np.bincount(i, minlength=len(z)).astype(np.float64)       # (N,) kNN edges of each token
+    # (N, k) edges from each token into each other type; csr sums the repeated (token, type) entries
+    to_type = sparse.csr_matrix((np.ones(int(out.sum())), (i[out], z[j[out]])), shape=(len(z), k)).tocoo()
+    share = to_type.data / per_token[to_type.row]
+    near = share <= 0.5
+    count = np.bincount(to_type.col[near], minlength=k)
+    total = np.bincount(to_type.col[near], weights=share[near], minlength=k)
+    rate = np.where(count > 0, total / np.maximum(count, 1), len(z) / max(len(i), 1))
+    return np.clip(rate, 1e-6, 1 - 1e-6)
+
+
 def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int, u: np.ndarray,
-             v: np.ndarray, per_token: bool) -> np.ndarray:
+             v: np.ndarray, mode: str) -> np.ndarray:
     """Log-likelihood ratio, in nats, that the smaller type s of each pair (u on a tie) is the
     larger type big's sign, from where the kNN edges (``edges`` = (i, j, d)) of s's tokens land
     outside s. Same sign: each edge lands in big at the rate p1 at which an edge stays inside its
-    type (over the whole graph); another sign: at the rate p0 at which edges from outside big land
-    in big. m of s's n leaving edges land in big: m log(p1 / p0) + (n - m) log((1 - p1) / (1 - p0)).
-    Only the edges that leave s count, which is exact for a single token and understates the
-    evidence for a larger s (its edges inside s would land in the merged type too). The edges of
-    one token are far from independent; ``per_token`` counts each token once (the sum divided by
-    the edges per token)."""
+    type (over the whole graph); another sign: at a rate p0. m of s's n leaving edges land in big:
+    m log(p1 / p0) + (n - m) log((1 - p1) / (1 - p0)). Only the edges that leave s count, which is
+    exact for a single token and understates the evidence for a larger s (its edges inside s would
+    land in the merged type too). ``mode``:
+      edge   p0: the rate at which edges from outside big land in big, every edge independent;
+      token  the same, each token counted once (the sum divided by the edges per token: the edges
+             of one token are far from independent);
+      near   p0: ``near_rate``, the rate of the tokens near big that are another sign (every edge
+             counted, as in edge) -- a rare sign's few neighbours in a rare type are not evidence
+             of one sign, as they are under edge -- and no vote (-inf) where p0 >= p1."""
+    if mode not in ("edge", "token", "near"):
+        raise ValueError(f"knn_vote: mode {mode!r} is not one of edge, token, near")
     i, j, _ = edges
     a, b = z[i], z[j]
     out = a != b                                                           # (E,) edges leaving a type
     p1 = float(np.clip(1.0 - out.mean(), 1e-6, 1 - 1e-6))
     leaving = np.bincount(a[out], minlength=k).astype(np.float64)          # (k,) edges leaving each type
-    arriving = np.bincount(b[out], minlength=k).astype(np.float64)         # (k,) edges from outside into it
     between = sparse.csr_matrix((np.ones(int(out.sum())), (a[out], b[out])), shape=(k, k))   # (k, k) edges type -> type
     size = np.bincount(z, minlength=k)
     s, big = np.where(size[u] <= size[v], u, v), np.where(size[u] <= size[v], v, u)
     m, n = np.asarray(between[s, big]).ravel(), leaving[s]
-    p0 = np.clip(arriving[big] / np.maximum(out.sum() - leaving[big], 1.0), 1e-6, 1 - 1e-6)
+    if mode == "near":
+        p0 = near_rate(edges, z, k)[big]
+    else:
+        arriving = np.bincount(b[out], minlength=k).astype(np.float64)     # (k,) edges from outside into it
+        p0 = np.clip(arriving[big] / np.maximum(out.sum() - leaving[big], 1.0), 1e-6, 1 - 1e-6)
     llr = m * np.log(p1 / p0) + (n - m) * np.log((1 - p1) / (1 - p0))
-    return llr / (len(i) / len(z)) if per_token else llr
+    if mode == "token":
+        return llr / (len(i) / len(z))
+    return np.where(p1 > p0, llr, -np.inf) if mode == "near" else llr
 
 
 def dup_prior(rank: np.ndarray, c0: float) -> np.ndarray:
@@ -674,8 +705,11 @@ class LMSignClusterer(Clusterer):
                 by_link = np.where(link > 0, cfg.w_hom * pair.log_odds(d_min) - cfg.link_c0, -np.inf)
                 visual = np.maximum(visual, by_link)
                 if cfg.vote != "off":       # or the prior plus where the small type's kNN edges land
-                    by_vote = knn_vote(self.edges, z, k, u, v, per_token=cfg.vote == "token")
-                    visual = np.maximum(visual, prior + cfg.w_hom * by_vote)
+                    by_vote = knn_vote(self.edges, z, k, u, v, cfg.vote)
+                    # no vote (near's -inf) stays -inf, not w_hom x -inf: NaN at w_hom 0
+                    voted = np.isfinite(by_vote)
+                    by_vote = np.where(voted, prior + cfg.w_hom * np.where(voted, by_vote, 0.0), -np.inf)
+                    visual = np.maximum(visual, by_vote)
                 visual = visual + cfg.w_hom * same_hand
             d_lm = lm_gain(left, right, alpha, u, v)
             if coarse is not None:
