@@ -4,8 +4,9 @@
     .venv/bin/python scripts/knn_vote_study.py --corpora latin_hands cypriot --out /tmp/v.md
     .venv/bin/python scripts/knn_vote_study.py --votes near --out reports/knn_vote_study_near.md
 
-Fits ``runs.lm`` (seed 0) once per ``vote`` setting (off, the default; token; edge; or the
-settings given by ``--votes``, always beside off) on every
+Fits ``runs.lm`` (seed 0) once per ``vote`` setting (none; token; edge; or the settings given by
+``--votes``, always beside none; ``none`` is called ``off`` in the reports made before the name
+changed, when it was the default) on every
 noisy corpus (the suite's hands and handwriting regimes, cypriot, lineara: a clean corpus has no
 kNN graph, so the setting cannot change it) and scores K and V. The labels are used only to score.
 Corpora not in ``data/corpora`` are built in memory by the suite's builder, as
@@ -32,7 +33,7 @@ from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 
-VOTES = ("off", "token", "edge", "near")
+VOTES = ("none", "token", "edge", "near")
 STUDIED = ("token", "edge")                # the settings of reports/knn_vote_study.md
 MEANS = {"token": "counts each token once", "edge": "every edge",
          "near": "every edge, against the tokens near the larger type"}
@@ -42,7 +43,7 @@ def k_error(k: int, k_true: int) -> float:
     return (k - k_true) / k_true
 
 
-def markdown(table: dict, seed: int, votes: tuple[str, ...] = ("off",) + STUDIED) -> str:
+def markdown(table: dict, seed: int, votes: tuple[str, ...] = ("none",) + STUDIED) -> str:
     lines = ["# lm with kNN-vote evidence for small types (`models.lm.vote`)", "",
              f"Written by `scripts/knn_vote_study.py` (seed {seed}, `runs.lm` as configured, one fit per `vote`). "
              "A small type's merge into a larger one may also be scored by where its tokens' kNN edges land "
@@ -57,11 +58,11 @@ def markdown(table: dict, seed: int, votes: tuple[str, ...] = ("off",) + STUDIED
             err = k_error(k, r["k_true"])
             cells += [f"**{k}** ({err:+.0%})" if within(k, r["k_true"]) else f"{k} ({err:+.0%})", f"{vm:.3f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| `vote` | K within ±20% | median K error | mean V | change of V against `off`: mean | "
+    lines += ["", "| `vote` | K within ±20% | median K error | mean V | change of V against `none`: mean | "
               "largest loss |", "|---|---:|---:|---:|---:|---:|"]
     for v in votes:
         errs = [abs(k_error(r[v][0], r["k_true"])) for r in table.values()]
-        dv = [r[v][1] - r["off"][1] for r in table.values()]
+        dv = [r[v][1] - r["none"][1] for r in table.values()]
         hits = sum(within(r[v][0], r["k_true"]) for r in table.values())
         lines.append(f"| `{v}` | {hits} of {len(errs)} | {np.median(errs):.0%} | "
                      f"{np.mean([r[v][1] for r in table.values()]):.3f} | {np.mean(dv):+.4f} | {min(dv):+.4f} |")
@@ -74,12 +75,12 @@ def main(argv=None):
     ap.add_argument("--corpora", nargs="+", help="default: the suite's hands and handwriting corpora, cypriot, lineara")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--votes", nargs="+", choices=VOTES[1:], default=list(STUDIED),
-                    help="the settings fitted beside off (default: %(default)s)")
+                    help="the settings fitted beside none (default: %(default)s)")
     ap.add_argument("--out", help="default reports/knn_vote_study.md")
     args = ap.parse_args(argv)
     params = load_params()
     names = args.corpora or noisy_corpora(params)
-    votes = ("off",) + tuple(dict.fromkeys(args.votes))
+    votes = ("none",) + tuple(dict.fromkeys(args.votes))
     out = report_path(args.out, "knn_vote_study.md", ("--corpora", "--seed", "--votes"),
                       bool(args.corpora or args.seed or votes[1:] != STUDIED))
     method, row_cfg, _ = run_config("lm", params)

@@ -538,7 +538,7 @@ def test_near_rate_leaves_out_the_fragments_of_a_type():
                                                        (1 / 4 + 1 / 4 + 1 / 2 + 1 / 4) / 4, 1 / 2, 9 / 38])
 
 
-@pytest.mark.parametrize("vote", ["off", "token", "edge", "near"])
+@pytest.mark.parametrize("vote", ["none", "token", "edge", "near"])
 @pytest.mark.parametrize("coarse", [False, True], ids=["contexts over the types", "with coarse contexts"])
 def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote):
     """gain = w_lm dL_LM + max(w_dup prior(rank), w_hom log-odds(nearest link) - link_c0) + w_hom same-hand,
@@ -573,14 +573,14 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote)
         prior = -1.7 - math.log(_visual_rank(x, z, a, b))
         between = [dd for ii, jj, dd in zip(*edges) if {z[ii], z[jj]} == {a, b}]
         link = 2.0 - 1.5 * min(between) if between else -math.inf
-        knn = 0.9 * prior + 1.3 * _naive_knn_vote(edges, z, a, b, vote) if vote != "off" else -math.inf
+        knn = 0.9 * prior + 1.3 * _naive_knn_vote(edges, z, a, b, vote) if vote != "none" else -math.inf
         by_link.append(1.3 * link - 0.6 > max(0.9 * prior, knn))
         by_vote.append(knn > max(0.9 * prior, 1.3 * link - 0.6))
         hand = sum(2.0 - 1.5 * abs(x[p, 0] - x[q, 0]) for t in texts for p in t for q in t
                    if p < q and {z[p], z[q]} == {a, b})
         assert g == pytest.approx(0.7 * lm + max(0.9 * prior, 1.3 * link - 0.6, knn) + 1.3 * hand), (a, b)
     assert 0 < sum(by_link) < len(by_link)              # some pairs scored by their link, some by rank
-    assert (sum(by_vote) > 0) == (vote != "off")        # and with the vote, some by the kNN vote
+    assert (sum(by_vote) > 0) == (vote != "none")        # and with the vote, some by the kNN vote
     assert (n_open > 0) == coarse                       # the coarse contexts were in play
     chosen = L.disjoint_best(u, v, gain, 3)
     assert len(chosen) >= 2
@@ -595,7 +595,7 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote)
     assert logged == [(record, 1)]
 
 
-@pytest.mark.parametrize("vote", ["off", "token", "edge", "near"])
+@pytest.mark.parametrize("vote", ["none", "token", "edge", "near"])
 def test_merge_gain_without_the_pair_evidence_is_finite(monkeypatch, vote):
     """w_hom = 0 (the ablation's no_pair): a pair without a link keeps the rank prior, a linked pair
     gets max(prior, -link_c0); before, 0 x log-odds(inf) made the gain of unlinked pairs NaN, and

@@ -24,8 +24,8 @@ where lo(d) = a - b d is the pair model's log-odds, d_min(u, v) the closest toke
 types on a token kNN graph, and S(u, v) the sum of lo over the pairs of their tokens that share a
 text (one hand: like compared with like). A clean corpus has no pair model: its visual term is the
 prior plus ``match_bonus`` for mutually nearest types that pass a ratio test.
-With ``vote`` (opt-in) the max also holds the prior plus w_hom ``knn_vote``(u, v): where the kNN
-edges of the smaller type's tokens land.
+The max also holds the prior plus w_hom ``knn_vote``(u, v) (``vote``, default near): where the kNN
+edges of the smaller type's tokens land, against where other tokens near the larger type send theirs.
 
 A sign written by several hands (one hand per text) splits into one fragment per hand, and so do
 its neighbours: contexts over the current types cannot join the fragments, since each fragment's
@@ -124,11 +124,12 @@ class LMConfig:
     rank_c0: float = config_field(2.0, float, min=0, doc="prior log-odds against merging with the nearest type")
     link_c0: float = config_field(2.0, float, min=0,
                                   doc="prior log-odds against a merge supported by one close token pair")
-    vote: str = config_field("off", str, choices=("off", "token", "edge", "near"),
+    vote: str = config_field("near", str, choices=("none", "token", "edge", "near"),
                              doc="noisy corpus: kNN-vote evidence for a small type joining a larger one "
-                                 "(token: each token counts once; edge: every kNN edge independently; "
-                                 "near: against the tokens near the larger type; "
-                                 "opt-in: reports/knn_vote_study.md, reports/knn_vote_study_near.md)")
+                                 "(near: every kNN edge, against the tokens near the larger type; "
+                                 "token, edge: against the whole graph, each token once or every edge; "
+                                 "none: no vote, `off` in the reports made before the name changed; "
+                                 "reports/knn_vote_study_near.md, reports/knn_vote_study.md)")
     match_ratio: float = config_field(0.7, float, gt=0, max=1,
                                       doc="clean corpus: mutual nearest types this much nearer than the next")
     match_bonus: float = config_field(3.0, float, min=0, doc="clean corpus: nats of a visual match")
@@ -704,7 +705,7 @@ class LMSignClusterer(Clusterer):
                 # no link between two types: no link evidence (-inf, not w_hom x -inf: NaN at w_hom 0)
                 by_link = np.where(link > 0, cfg.w_hom * pair.log_odds(d_min) - cfg.link_c0, -np.inf)
                 visual = np.maximum(visual, by_link)
-                if cfg.vote != "off":       # or the prior plus where the small type's kNN edges land
+                if cfg.vote != "none":       # or the prior plus where the small type's kNN edges land
                     by_vote = knn_vote(self.edges, z, k, u, v, cfg.vote)
                     # no vote (near's -inf) stays -inf, not w_hom x -inf: NaN at w_hom 0
                     voted = np.isfinite(by_vote)
