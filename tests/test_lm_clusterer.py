@@ -121,6 +121,32 @@ def test_within_text_evidence_against_a_loop():
     assert np.allclose(m, naive)
 
 
+def test_within_text_evidence_counting_tokens_against_a_loop():
+    # types of 1, 2 and 3 tokens in one text and other counts in the next: a text's sum for (u, v)
+    # is divided by the larger of u's and v's counts in that text
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(11, 3))
+    z = np.array([0, 1, 1, 2, 2, 2, 0, 0, 1, 2, 3])
+    texts = [np.arange(6), np.arange(6, 11)]
+    pair = L.PairModel(a=1.0, b=0.5, n_positive=10)
+    m = L.within_text_evidence(x, z, 4, texts, pair, count="tokens").toarray()
+    naive = np.zeros((4, 4))
+    for t in texts:
+        n = {c: int((z[t] == c).sum()) for c in set(z[t])}
+        for i in t:
+            for j in t:
+                if i < j and z[i] != z[j]:
+                    a, b = sorted((z[i], z[j]))
+                    naive[a, b] += (1.0 - 0.5 * np.linalg.norm(x[i] - x[j])) / max(n[a], n[b])
+    assert np.allclose(m, naive)
+    # one token against the three of another type in its text: one comparison's weight, not three
+    single = L.within_text_evidence(x, z, 4, texts[:1], pair, count="tokens").toarray()[0, 2]
+    summed = L.within_text_evidence(x, z, 4, texts[:1], pair).toarray()[0, 2]
+    assert single == pytest.approx(summed / 3)
+    with pytest.raises(ValueError, match="count 'all' is not one of pairs, tokens"):
+        L.within_text_evidence(x, z, 4, texts, pair, count="all")
+
+
 def test_nearest_link_is_the_smallest_edge_between_two_types():
     i = np.array([0, 0, 1, 2, 3, 3])
     j = np.array([1, 2, 3, 3, 0, 1])
@@ -538,12 +564,14 @@ def test_near_rate_leaves_out_the_fragments_of_a_type():
                                                        (1 / 4 + 1 / 4 + 1 / 2 + 1 / 4) / 4, 1 / 2, 9 / 38])
 
 
+@pytest.mark.parametrize("same_text", ["pairs", "tokens"])
 @pytest.mark.parametrize("vote", ["none", "token", "edge", "near"])
 @pytest.mark.parametrize("coarse", [False, True], ids=["contexts over the types", "with coarse contexts"])
-def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote):
+def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote, same_text):
     """gain = w_lm dL_LM + max(w_dup prior(rank), w_hom log-odds(nearest link) - link_c0) + w_hom same-hand,
     where dL_LM is the larger of the type and the coarse contexts' for pairs that avoid each other;
-    with ``vote`` the max also holds w_dup prior(rank) + w_hom knn_vote."""
+    with ``vote`` the max also holds w_dup prior(rank) + w_hom knn_vote; same-hand sums the log-odds of
+    the pairs in one text, each divided by the larger type's count there with ``same_text: tokens``."""
     x = _line(0.0, 0.3, 1.0, 1.2, 3.0, 3.1, 5.0, 5.6, 8.0, 8.2, 8.9, 9.3)
     z = np.array([0, 0, 1, 1, 1, 2, 3, 3, 4, 4, 4, 5])     # types of 1 to 3 tokens
     order = np.array([0, 4, 2, 9, 1, 6, 11, 3, 5, 10, 7, 8])
@@ -557,14 +585,14 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote)
     symbols = np.array([0, 0, 0, 1, 1, 1, 0, 2, 2, 2, 1, 0]) if coarse else None   # coarse context symbols
     w = dict(w_lm=0.7, w_hom=1.3, w_dup=0.9, rank_c0=1.7, link_c0=0.6, context_beta=0.3, avoid_c0=0.5)
     seen, history, logged, out = _merge_round(monkeypatch, z, x, texts, pair, edges, symbols, batch=0.5,
-                                              candidates=2, max_rounds=1, vote=vote, **w)
+                                              candidates=2, max_rounds=1, vote=vote, same_text=same_text, **w)
     (u, v, gain, limit), = seen
     assert limit == 3                                    # batch 0.5 x 6 types
     # candidates: each type's 2 visually nearest types (no context partners: there is a pair model)
     cen = np.array([x[z == c, 0].mean() for c in range(6)])
     near = {tuple(sorted((a, int(b)))) for a in range(6) for b in np.argsort(np.abs(cen - cen[a]))[1:3]}
     assert sorted(zip(u.tolist(), v.tolist())) == sorted(near) and len(near) < 15
-    by_link, by_vote, n_open = [], [], 0
+    by_link, by_vote, n_open, n_shared = [], [], 0, 0
     for a, b, g in zip(u, v, gain):
         lm = _naive_lm_gain(z, texts, z, 0.3, a, b)
         if symbols is not None and _naive_avoidance(z, texts, a, b) < -0.5:
@@ -576,12 +604,16 @@ def test_merge_gain_of_every_pair_against_a_naive_sum(monkeypatch, coarse, vote)
         knn = 0.9 * prior + 1.3 * _naive_knn_vote(edges, z, a, b, vote) if vote != "none" else -math.inf
         by_link.append(1.3 * link - 0.6 > max(0.9 * prior, knn))
         by_vote.append(knn > max(0.9 * prior, 1.3 * link - 0.6))
-        hand = sum(2.0 - 1.5 * abs(x[p, 0] - x[q, 0]) for t in texts for p in t for q in t
+        share = {t.tobytes(): max((z[t] == a).sum(), (z[t] == b).sum()) if same_text == "tokens" else 1
+                 for t in texts}
+        n_shared += any(share[t.tobytes()] > 1 and (z[t] == a).any() and (z[t] == b).any() for t in texts)
+        hand = sum((2.0 - 1.5 * abs(x[p, 0] - x[q, 0])) / share[t.tobytes()] for t in texts for p in t for q in t
                    if p < q and {z[p], z[q]} == {a, b})
         assert g == pytest.approx(0.7 * lm + max(0.9 * prior, 1.3 * link - 0.6, knn) + 1.3 * hand), (a, b)
     assert 0 < sum(by_link) < len(by_link)              # some pairs scored by their link, some by rank
     assert (sum(by_vote) > 0) == (vote != "none")        # and with the vote, some by the kNN vote
     assert (n_open > 0) == coarse                       # the coarse contexts were in play
+    assert (n_shared > 0) == (same_text == "tokens")    # a pair whose text holds 2+ tokens of one of them
     chosen = L.disjoint_best(u, v, gain, 3)
     assert len(chosen) >= 2
     mapping = np.arange(6)

@@ -22,7 +22,9 @@ to be tuned against the scale or style of the images:
 
 where lo(d) = a - b d is the pair model's log-odds, d_min(u, v) the closest token pair of the two
 types on a token kNN graph, and S(u, v) the sum of lo over the pairs of their tokens that share a
-text (one hand: like compared with like). A clean corpus has no pair model: its visual term is the
+text (one hand: like compared with like); with ``same_text: tokens`` each text's sum is divided by
+the larger of the two types' counts in it (a token's pairs with the copies of one sign in its text
+are one comparison, not many). A clean corpus has no pair model: its visual term is the
 prior plus ``match_bonus`` for mutually nearest types that pass a ratio test.
 The max also holds the prior plus w_hom ``knn_vote``(u, v) (``vote``, default near): where the kNN
 edges of the smaller type's tokens land, against where other tokens near the larger type send theirs.
@@ -130,6 +132,10 @@ class LMConfig:
                                  "token, edge: against the whole graph, each token once or every edge; "
                                  "none: no vote, `off` in the reports made before the name changed; "
                                  "reports/knn_vote_study_near.md, reports/knn_vote_study.md)")
+    same_text: str = config_field("pairs", str, choices=("pairs", "tokens"),
+                                  doc="noisy corpus: how the same-text pair evidence S(u, v) counts (pairs: every "
+                                      "pair of tokens; tokens: each token of the smaller type once per text; "
+                                      "reports/same_text_study.md)")
     match_ratio: float = config_field(0.7, float, gt=0, max=1,
                                       doc="clean corpus: mutual nearest types this much nearer than the next")
     match_bonus: float = config_field(3.0, float, min=0, doc="clean corpus: nats of a visual match")
@@ -408,12 +414,21 @@ def hom_gain(x: np.ndarray, z: np.ndarray, k: int, pair: PairModel, u: np.ndarra
 
 
 def within_text_evidence(x: np.ndarray, z: np.ndarray, k: int, texts: list[np.ndarray],
-                         pair: PairModel) -> sparse.csr_matrix:
+                         pair: PairModel, count: str = "pairs") -> sparse.csr_matrix:
     """(k, k) sum over texts of the pair model's log-odds between the tokens of type u and the
     tokens of type v *in the same text*. One text is one hand, so this compares like with like:
     two different signs that share texts look different there; the fragments of one sign split
-    by hand never share a text and get no evidence against their merge."""
+    by hand never share a text and get no evidence against their merge.
+
+    ``count``: ``pairs`` adds every pair's log-odds; ``tokens`` divides a text's sum for (u, v) by
+    the larger of u's and v's token counts in that text, so that each token of the smaller type
+    counts once: its pairs with the m tokens of the other type are one comparison (one token
+    against one sign as one hand writes it), not m independent ones. Summed over pairs, one
+    distorted token in a text holding ten copies of its sign weighs ten times its odds against
+    the merge, and a handwriting corpus keeps such tokens as types of their own."""
     from scipy.spatial.distance import cdist
+    if count not in ("pairs", "tokens"):
+        raise ValueError(f"within_text_evidence: count {count!r} is not one of pairs, tokens")
     rows, cols, vals = [], [], []
     for t in texts:
         if len(t) < 2:
@@ -423,9 +438,14 @@ def within_text_evidence(x: np.ndarray, z: np.ndarray, k: int, texts: list[np.nd
         iu = np.triu_indices(len(t), 1)
         a, b = zt[iu[0]], zt[iu[1]]
         keep = a != b
+        lo = lo[iu]
+        if count == "tokens":
+            _, where, n_in_text = np.unique(zt, return_inverse=True, return_counts=True)
+            n_in_text = n_in_text[where.ravel()]                      # (len(t),) tokens of its type in t
+            lo = lo / np.maximum(n_in_text[iu[0]], n_in_text[iu[1]])
         rows.append(np.minimum(a, b)[keep])
         cols.append(np.maximum(a, b)[keep])
-        vals.append(lo[iu][keep])
+        vals.append(lo[keep])
     if not rows:
         return sparse.csr_matrix((k, k))
     return sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(k, k))
@@ -699,7 +719,7 @@ class LMSignClusterer(Clusterer):
             if pair is None:
                 visual = visual + cfg.match_bonus * (ratio < cfg.match_ratio)
             else:
-                same_hand = np.asarray(within_text_evidence(x, z, k, texts, pair)[u, v]).ravel()
+                same_hand = np.asarray(within_text_evidence(x, z, k, texts, pair, cfg.same_text)[u, v]).ravel()
                 link = np.asarray(nearest_link(self.edges, z, k)[u, v]).ravel()
                 d_min = 1.0 / np.maximum(link, 1e-12) - 1.0
                 # no link between two types: no link evidence (-inf, not w_hom x -inf: NaN at w_hom 0)
