@@ -22,9 +22,9 @@ to be tuned against the scale or style of the images:
 
 where lo(d) = a - b d is the pair model's log-odds, d_min(u, v) the closest token pair of the two
 types on a token kNN graph, and S(u, v) the sum of lo over the pairs of their tokens that share a
-text (one hand: like compared with like); with ``same_text: tokens`` each text's sum is divided by
-the larger of the two types' counts in it (a token's pairs with the copies of one sign in its text
-are one comparison, not many). A clean corpus has no pair model: its visual term is the
+text (one hand: like compared with like), each text's sum divided by the larger of the two types'
+counts in it (``same_text``: a token's pairs with the copies of one sign in its text are one
+comparison, not many). A clean corpus has no pair model: its visual term is the
 prior plus ``match_bonus`` for mutually nearest types that pass a ratio test.
 The max also holds the prior plus w_hom ``knn_vote``(u, v) (``vote``, default near): where the kNN
 edges of the smaller type's tokens land, against where other tokens near the larger type send theirs.
@@ -132,10 +132,10 @@ class LMConfig:
                                  "token, edge: against the whole graph, each token once or every edge; "
                                  "none: no vote, `off` in the reports made before the name changed; "
                                  "reports/knn_vote_study_near.md, reports/knn_vote_study.md)")
-    same_text: str = config_field("pairs", str, choices=("pairs", "tokens"),
-                                  doc="noisy corpus: how the same-text pair evidence S(u, v) counts (pairs: every "
-                                      "pair of tokens; tokens: each token of the smaller type once per text; "
-                                      "reports/same_text_study.md)")
+    same_text: str = config_field("tokens", str, choices=("pairs", "tokens"),
+                                  doc="noisy corpus: how the same-text pair evidence S(u, v) counts (tokens: each "
+                                      "token of the smaller type once per text; pairs: every pair of tokens, the "
+                                      "default before; reports/same_text_study.md)")
     match_ratio: float = config_field(0.7, float, gt=0, max=1,
                                       doc="clean corpus: mutual nearest types this much nearer than the next")
     match_bonus: float = config_field(3.0, float, min=0, doc="clean corpus: nats of a visual match")
