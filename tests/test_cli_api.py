@@ -265,7 +265,10 @@ def test_readme_notebook_example_runs(tiny_corpus, tmp_path, monkeypatch, one_to
     section = text[text.index("## Use it from Python"):]
     block = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
     block = block.replace("n_clusters=53", "n_clusters=4")
-    corpus = tiny_corpus(n_types=4, per_type=8, n_texts=4)
+    # 12 tokens a sign, more than lm's 10 graph neighbours a token (``candidates``): with 8, every
+    # type sends kNN edges to its nearest other sign and the `near` vote joins two of the four signs
+    # (V 0.857; README, `same_text: tokens`, the limit met in a test), which is not what this tests
+    corpus = tiny_corpus(n_types=4, per_type=12, n_texts=4)
     images, text_ids, positions, gold = _arrays(corpus)
     new_images = _arrays(tiny_corpus(n_types=4, per_type=3, seed=5))[0]
     monkeypatch.chdir(tmp_path)
@@ -273,7 +276,7 @@ def test_readme_notebook_example_runs(tiny_corpus, tmp_path, monkeypatch, one_to
           "gold_labels": gold, "corpus": corpus}
     exec(compile(block, "README.md", "exec"), ns)
     model, ward = ns["model"], ns["ward"]
-    assert model.labels_.shape == (32,) and model.score(gold)["v_measure"] == pytest.approx(1.0)
+    assert model.labels_.shape == (48,) and model.score(gold)["v_measure"] == pytest.approx(1.0)
     assert model.predict(new_images).shape == (12,)
     assert (tmp_path / "my_model" / "assignment.csv").exists() and any((tmp_path / "out").iterdir())
     assert ward.n_types_ == 4
