@@ -33,10 +33,11 @@ from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 
-VOTES = ("none", "token", "edge", "near")
+VOTES = ("none", "token", "edge", "near", "near_loose")
 STUDIED = ("token", "edge")                # the settings of reports/knn_vote_study.md
 MEANS = {"token": "counts each token once", "edge": "every edge",
-         "near": "every edge, against the tokens near the larger type"}
+         "near": "every edge, against the tokens near the larger type",
+         "near_loose": "as near, times 1 - the small type's cohesion on the kNN graph"}
 
 
 def k_error(k: int, k_true: int) -> float:

@@ -126,9 +126,11 @@ class LMConfig:
     rank_c0: float = config_field(2.0, float, min=0, doc="prior log-odds against merging with the nearest type")
     link_c0: float = config_field(2.0, float, min=0,
                                   doc="prior log-odds against a merge supported by one close token pair")
-    vote: str = config_field("near", str, choices=("none", "token", "edge", "near"),
+    vote: str = config_field("near", str, choices=("none", "token", "edge", "near", "near_loose"),
                              doc="noisy corpus: kNN-vote evidence for a small type joining a larger one "
                                  "(near: every kNN edge, against the tokens near the larger type; "
+                                 "near_loose: near times 1 - the small type's cohesion, none for a type whose "
+                                 "tokens fill their kNN slots with each other; "
                                  "token, edge: against the whole graph, each token once or every edge; "
                                  "none: no vote, `off` in the reports made before the name changed; "
                                  "reports/knn_vote_study_near.md, reports/knn_vote_study.md)")
@@ -517,6 +519,20 @@ def near_rate(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k
     return np.clip(rate, 1e-6, 1 - 1e-6)
 
 
+def cohesion(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int) -> np.ndarray:
+    """(k,) how far each type holds together on the kNN graph: the kNN edges its tokens send to each
+    other over the most they could (each token min(edges per token, size - 1)); 0 for a single token.
+    A whole sign with fewer tokens than a token has neighbours fills every slot it has (1) and must
+    send the rest of its edges out, to its visually nearest other sign; an outlier of a larger sign
+    split off as a type of its own sends its edges out by choice."""
+    i, j, _ = edges
+    per_token = len(i) / max(len(z), 1)
+    size = np.bincount(z, minlength=k).astype(np.float64)
+    inside = np.bincount(z[i][z[i] == z[j]], minlength=k).astype(np.float64)
+    slots = size * np.minimum(per_token, size - 1)
+    return np.where(slots > 0, inside / np.maximum(slots, 1e-12), 0.0)
+
+
 def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int, u: np.ndarray,
              v: np.ndarray, mode: str) -> np.ndarray:
     """Log-likelihood ratio, in nats, that the smaller type s of each pair (u on a tie) is the
@@ -531,9 +547,12 @@ def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k:
              of one token are far from independent);
       near   p0: ``near_rate``, the rate of the tokens near big that are another sign (every edge
              counted, as in edge) -- a rare sign's few neighbours in a rare type are not evidence
-             of one sign, as they are under edge -- and no vote (-inf) where p0 >= p1."""
-    if mode not in ("edge", "token", "near"):
-        raise ValueError(f"knn_vote: mode {mode!r} is not one of edge, token, near")
+             of one sign, as they are under edge -- and no vote (-inf) where p0 >= p1;
+      near_loose  near times 1 - ``cohesion`` of s: the edges that leave a type whose tokens fill
+             their kNN slots with each other are the ones a whole sign of that size must send out, not
+             evidence that it belongs elsewhere (a single token, cohesion 0, votes as under near)."""
+    if mode not in ("edge", "token", "near", "near_loose"):
+        raise ValueError(f"knn_vote: mode {mode!r} is not one of edge, token, near, near_loose")
     i, j, _ = edges
     a, b = z[i], z[j]
     out = a != b                                                           # (E,) edges leaving a type
@@ -543,7 +562,7 @@ def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k:
     size = np.bincount(z, minlength=k)
     s, big = np.where(size[u] <= size[v], u, v), np.where(size[u] <= size[v], v, u)
     m, n = np.asarray(between[s, big]).ravel(), leaving[s]
-    if mode == "near":
+    if mode in ("near", "near_loose"):
         p0 = near_rate(edges, z, k)[big]
     else:
         arriving = np.bincount(b[out], minlength=k).astype(np.float64)     # (k,) edges from outside into it
@@ -551,7 +570,9 @@ def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k:
     llr = m * np.log(p1 / p0) + (n - m) * np.log((1 - p1) / (1 - p0))
     if mode == "token":
         return llr / (len(i) / len(z))
-    return np.where(p1 > p0, llr, -np.inf) if mode == "near" else llr
+    if mode == "near_loose":
+        llr = llr * (1.0 - cohesion(edges, z, k)[s])
+    return np.where(p1 > p0, llr, -np.inf) if mode in ("near", "near_loose") else llr
 
 
 def dup_prior(rank: np.ndarray, c0: float) -> np.ndarray:
