@@ -94,7 +94,7 @@ class LMConfig:
     feature_dim: int = config_field(32, int, min=1, doc="PCA components of [normalised glyph, skeleton]")
     skeleton: bool = config_field(True, bool, doc="add the stroke skeleton (stroke-width invariant)")
     text_centring: float = config_field(8.0, float, min=0, doc="shrinkage of the per-text offset removal (0: off)")
-    encoder_epochs: int = config_field(10, int, min=0,
+    encoder_epochs: int = config_field(20, int, min=0,
                                        doc="noisy corpus: epochs of the contrastive glyph encoder (0: no encoder)")
     encoder_strength: float = config_field(0.5, float, min=0,
                                            doc="deformation scale of the encoder's views (1: the usual glyph augmentation)")
