@@ -201,8 +201,8 @@ def test_disjoint_best_takes_the_best_gains_each_type_once():
 def test_obvious_corpus_is_recovered_exactly_and_deterministically(tiny_corpus):
     # 12 tokens a sign: a token's 10 graph neighbours (``candidates``) can all be its own sign's.
     # With 8 a sign, every token sends 3 or more edges out of its type, so every type "leaves" for
-    # its nearest other sign, and the kNN vote reads that as evidence of one sign: 4 signs in 8
-    # texts lump to 2 types (same_text pairs and tokens alike); in 4 texts to 3 with tokens.
+    # its nearest other sign, and the kNN vote reads that as evidence of one sign: 4 signs in 4
+    # texts lump to 3 types (in 8 texts to 2 while the encoder trained 10 epochs; with 20, 4).
     corpus = tiny_corpus(n_types=4, per_type=12, n_texts=4)
     a, b = fit(corpus), fit(corpus)
     assert v_measure_score(corpus.labels(), a.labels) >= 0.9
@@ -210,14 +210,17 @@ def test_obvious_corpus_is_recovered_exactly_and_deterministically(tiny_corpus):
     assert np.array_equal(a.labels, b.labels) and np.array_equal(a.embedding, b.embedding)
 
 
-@pytest.mark.parametrize("per_type, n_texts", [(8, 4), (8, 8), (6, 3), (10, 5)])
-def test_near_loose_keeps_apart_signs_with_fewer_tokens_than_graph_neighbours(tiny_corpus, per_type, n_texts):
+@pytest.mark.parametrize("per_type, n_texts, near_lumps", [(8, 4, True), (8, 8, False), (6, 3, True), (10, 5, True)])
+def test_near_loose_keeps_apart_signs_with_fewer_tokens_than_graph_neighbours(tiny_corpus, per_type, n_texts,
+                                                                             near_lumps):
     """The limit of the near vote: every token of a sign with fewer tokens than its 10 kNN neighbours
     must send edges to another sign, and near reads those forced edges as evidence of one sign and
     joins two of the four signs (K 2 or 3); near_loose damps the vote by the small type's cohesion
-    (these signs fill their slots: no vote) and finds the four."""
+    (these signs fill their slots: no vote) and finds the four. In 8 texts of 8 tokens a sign near
+    finds the four too since the encoder trains 20 epochs (it found 3 with 10)."""
     corpus = tiny_corpus(n_types=4, per_type=per_type, n_texts=n_texts)
-    assert fit(corpus, vote="near").k_found < 4
+    near = fit(corpus, vote="near").k_found
+    assert (near < 4) if near_lumps else (near == 4)
     loose = fit(corpus, vote="near_loose")
     assert loose.k_found == 4 and v_measure_score(corpus.labels(), loose.labels) == pytest.approx(1.0)
 
