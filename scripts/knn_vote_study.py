@@ -31,9 +31,9 @@ from signclust.errors import cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
+from signclust.models.lm_clusterer import KNN_VOTE_MODES  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 
-VOTES = ("none", "token", "edge", "near", "near_loose")
 STUDIED = ("token", "edge")                # the settings of reports/knn_vote_study.md
 MEANS = {"token": "counts each token once", "edge": "every edge",
          "near": "every edge, against the tokens near the larger type",
@@ -75,7 +75,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpora", nargs="+", help="default: the suite's hands and handwriting corpora, cypriot, lineara")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--votes", nargs="+", choices=VOTES[1:], default=list(STUDIED),
+    ap.add_argument("--votes", nargs="+", choices=KNN_VOTE_MODES, default=list(STUDIED),
                     help="the settings fitted beside none (default: %(default)s)")
     ap.add_argument("--out", help="default reports/knn_vote_study.md")
     args = ap.parse_args(argv)

@@ -88,6 +88,10 @@ from signclust.models.merging import apply_merges, disjoint_best
 from signclust.models.params import config_field, params_of
 
 
+# the kNN votes ``knn_vote`` reads (``vote: none`` reads none)
+KNN_VOTE_MODES = ("token", "edge", "near", "near_loose")
+
+
 @dataclass
 class LMConfig:
     # visual features
@@ -126,7 +130,7 @@ class LMConfig:
     rank_c0: float = config_field(2.0, float, min=0, doc="prior log-odds against merging with the nearest type")
     link_c0: float = config_field(2.0, float, min=0,
                                   doc="prior log-odds against a merge supported by one close token pair")
-    vote: str = config_field("near", str, choices=("none", "token", "edge", "near", "near_loose"),
+    vote: str = config_field("near", str, choices=("none",) + KNN_VOTE_MODES,
                              doc="noisy corpus: kNN-vote evidence for a small type joining a larger one "
                                  "(near: every kNN edge, against the tokens near the larger type; "
                                  "near_loose: near times 1 - the small type's cohesion, none for a type whose "
@@ -551,8 +555,8 @@ def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k:
       near_loose  near times 1 - ``cohesion`` of s: the edges that leave a type whose tokens fill
              their kNN slots with each other are the ones a whole sign of that size must send out, not
              evidence that it belongs elsewhere (a single token, cohesion 0, votes as under near)."""
-    if mode not in ("edge", "token", "near", "near_loose"):
-        raise ValueError(f"knn_vote: mode {mode!r} is not one of edge, token, near, near_loose")
+    if mode not in KNN_VOTE_MODES:
+        raise ValueError(f"knn_vote: mode {mode!r} is not one of {', '.join(KNN_VOTE_MODES)}")
     i, j, _ = edges
     a, b = z[i], z[j]
     out = a != b                                                           # (E,) edges leaving a type
