@@ -66,7 +66,9 @@ def test_votes_fits_the_settings_given_beside_none_and_needs_its_own_out(fake_fi
 
 
 def test_the_default_corpora_are_the_noisy_ones_and_every_vote_can_be_studied(fake_fits, tmp_path):
-    assert study.VOTES[0] == "none" and set(study.VOTES) == set(lm.params_of(lm.LMConfig)["vote"].choices)
+    # --votes offers every vote LMConfig accepts but none (fitted always), and the report describes each
+    assert ("none",) + study.KNN_VOTE_MODES == lm.params_of(lm.LMConfig)["vote"].choices
+    assert set(study.MEANS) == set(study.KNN_VOTE_MODES)
     names = study.noisy_corpora({"prepare": {"suite": {"scripts": ["latin", "greek"]}}})
     assert names == ["latin_hands", "latin_handwriting", "greek_hands", "greek_handwriting", "cypriot", "lineara"]
     loaded, _ = fake_fits
