@@ -89,7 +89,43 @@ def markdown(table: dict, ratios: list[float], seed: int) -> str:
     lines += ["", f"Mean V over the {len(table)} corpora: the kept fits {np.mean(kept_v):.3f}"
               + (f", ratio 0.8 alone (the previous default) {np.mean(v08):.3f}" if len(v08) == len(table) else "")
               + f", the best ratio of each corpus {np.mean(best):.3f}."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + wider_grids(table, ratios, pair_ratios)) + "\n"
+
+
+def kept_from(t: dict, grid: list[float]) -> dict:
+    """The row the selection would keep if ``pair_ratios`` were ``grid``: the highest evidence,
+    the first of a tie (``LMSignClusterer.select``)."""
+    by = {r["ratio"]: r for r in t["rows"]}
+    return max((by[r] for r in grid), key=lambda r: r["evidence"])
+
+
+def wider_grids(table: dict, ratios: list[float], pair_ratios: list[float]) -> list[str]:
+    """What the selection would keep from each grid that starts lower than ``pair_ratios`` and runs
+    through it (every swept ratio from the lower start up): per corpus V (K), and the summary."""
+    top = max(pair_ratios)
+    starts = [r for r in ratios if r <= min(pair_ratios)]
+    grids = [[r for r in ratios if lo <= r <= top] for lo in sorted(starts, reverse=True)]
+    if len(grids) < 2:
+        return []
+    name_of = [f"{g[0]:g}-{g[-1]:g}" + (" (pair_ratios)" if g == sorted(pair_ratios) else "") for g in grids]
+    lines = ["", "## The selection over a wider grid", "",
+             "What `fit` would keep if `pair_ratios` were each grid below (the fits above, the same evidence): "
+             "V (K); bold K within ±20% of K true.", "",
+             "| corpus | K true | " + " | ".join(name_of) + " |", "|---|---:|" + "---:|" * len(grids)]
+    summary = [[] for _ in grids]
+    for name, t in table.items():
+        cells = []
+        for i, g in enumerate(grids):
+            r = kept_from(t, g)
+            err = r["k"] / t["k_true"] - 1
+            summary[i].append((r["v"], err))
+            k = f"**{r['k']}**" if abs(err) <= 0.2 else str(r["k"])
+            cells.append(f"{r['v']:.3f} ({k})")
+        lines.append(f"| {name} | {t['k_true']} | " + " | ".join(cells) + " |")
+    lines.append("| mean V; K within ±20%; median K error | | " + " | ".join(
+        f"{np.mean([v for v, _ in s]):.3f}; {sum(abs(e) <= 0.2 for _, e in s)}/{len(s)}; "
+        f"{100 * np.median([abs(e) for _, e in s]):.0f}%" for s in summary) + " |")
+    return lines
 
 
 @cli_main

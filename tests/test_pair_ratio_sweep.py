@@ -47,6 +47,15 @@ def test_table_on_known_numbers():
     assert ("Mean V over the 2 corpora: the kept fits 0.840, ratio 0.8 alone (the previous default) 0.835, "
             "the best ratio of each corpus 0.890.") in text
     assert "`fit` tries 0.8, 0.9, 1 (`pair_ratios`)" in text
+    # the wider grid 0.5-1 keeps a_hands' 0.9 (evidence -1.0 still the highest) and b_hands' 0.8
+    # (-1.0 against 0.5's -9.0); K error: a 60/41 +46%, b 170/317 -46%
+    assert "| corpus | K true | 0.8-1 (pair_ratios) | 0.5-1 |" in text
+    assert "| a_hands | 41 | 0.960 (60) | 0.960 (60) |" in text
+    assert "| mean V; K within ±20%; median K error | | 0.840; 0/2; 46% | 0.840; 0/2; 46% |" in text
+    table["b_hands"]["rows"][0]["evidence"] = 0.0               # now 0.5 wins b_hands: K 600, +89%; median (46 + 89) / 2
+    text = sweep.markdown(table, [0.5, 0.8, 0.9, 1.0], 0)
+    assert "| b_hands | 317 | 0.720 (170) | 0.800 (600) |" in text
+    assert "| mean V; K within ±20%; median K error | | 0.840; 0/2; 46% | 0.880; 0/2; 68% |" in text
 
 
 def test_bad_input_is_one_error_line(capsys):
