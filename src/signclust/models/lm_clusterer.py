@@ -55,7 +55,10 @@ The visual side, all label-free and fitted per corpus:
   ``glyph_weight``, beside the features of a contrastive encoder trained on the corpus's own
   glyphs (models/visual_encoder.py: SimCLR with small elastic and affine deformations), which
   see past the pen: one sign's forms by two hands are often further apart in pixels than two
-  signs by one hand. Then each token minus its text's mean feature, shrunk by
+  signs by one hand. The encoder then trains ``encoder_pair_rounds`` rounds on pairs mined from
+  the features so far: within one text, mutual nearest neighbours that pass the ratio test, i.e.
+  two writings of one sign by one hand, the corpus's own variation, which the encoder's
+  deformations do not model. Then each token minus its text's mean feature, shrunk by
   n_t / (n_t + text_centring): a hand is a per-text offset in this space.
 - pair model: within one text (one hand), a token's nearest neighbour that is much nearer than
   its second nearest is almost always the same sign (measured 0.73-0.98 precision on the suite);
@@ -104,6 +107,12 @@ class LMConfig:
                                            doc="deformation scale of the encoder's views (1: the usual glyph augmentation)")
     glyph_weight: float = config_field(0.5, float, min=0,
                                        doc="with the encoder: weight of the glyph features beside its features")
+    encoder_pair_rounds: int = config_field(2, int, min=0,
+                                            doc="noisy corpus: rounds of encoder training on mined pairs (within-text "
+                                                "mutual nearest neighbours, mined again each round; 0: none)")
+    encoder_pair_epochs: int = config_field(30, int, min=1, doc="epochs of each round of mined pairs")
+    encoder_pair_ratio: float = config_field(0.8, float, gt=0, max=1,
+                                             doc="the ratio test of the mined pairs (as pair_ratios)")
     # micro-clusters and the pair model
     clean_share: float = config_field(0.5, float, gt=0, max=1,
                                       doc="distinct images / tokens at or below this: a clean corpus")
@@ -211,16 +220,49 @@ def glyph_features(images: np.ndarray, cfg: LMConfig, seed: int, chunk: int = 20
     return np.concatenate([pca.transform(scaled(slice(a, b))) for a, b in spans]).astype(np.float32)
 
 
-def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitContext) -> np.ndarray:
+def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitContext,
+                 tokens: tuple | None = None) -> np.ndarray:
     """(m, D) glyph features of the distinct images -> (m, D + 64): the glyph features x
     ``glyph_weight`` beside the contrastive encoder's features (models/visual_encoder.py), each
     block first scaled to unit total variance. The encoder's features see past the hand; the
     glyph features keep the one-stroke differences of a large inventory that its deformations
-    blur."""
+    blur.
+
+    With ``encoder_pair_rounds`` and ``tokens`` = (image_index, texts, text_index), the encoder then
+    goes on training, round by round, on pairs of images mined from the features so far
+    (``mined_pairs``: within one text, one hand, mutual nearest neighbours that pass the ratio
+    test): two writings of one sign by one hand, the variation a handwriting corpus adds to every
+    token and the encoder's own deformations do not model."""
     from signclust.models.visual_encoder import EncoderConfig, train_encoder
-    enc = train_encoder(normalize_glyphs(images), EncoderConfig(cfg.encoder_epochs, cfg.encoder_strength),
-                        ctx.seed, ctx.device, ctx.progress)
-    return np.concatenate([cfg.glyph_weight * unit_variance(feats), unit_variance(enc)], axis=1).astype(np.float32)
+    glyphs = normalize_glyphs(images)
+    ecfg = EncoderConfig(cfg.encoder_epochs, cfg.encoder_strength, pair_epochs=cfg.encoder_pair_epochs)
+
+    def joined(enc: np.ndarray) -> np.ndarray:
+        return np.concatenate([cfg.glyph_weight * unit_variance(feats), unit_variance(enc)], axis=1).astype(np.float32)
+    x = joined(train_encoder(glyphs, ecfg, ctx.seed, ctx.device, ctx.progress))
+    rounds = []
+    for _ in range(cfg.encoder_pair_rounds if tokens is not None else 0):
+        image_index, texts, text_index = tokens
+        pairs = mined_pairs(text_centre(x[image_index], text_index, cfg.text_centring), texts, image_index,
+                            cfg.encoder_pair_ratio)
+        if len(pairs[0]) < 8:                   # not one batch of pairs: nothing to learn from
+            break
+        rounds.append(pairs)
+        x = joined(train_encoder(glyphs, ecfg, ctx.seed, ctx.device, ctx.progress, pairs=rounds))
+    return x
+
+
+def mined_pairs(x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray,
+                ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b): the distinct images of the pairs of tokens that the pair model would call one sign
+    (``text_positives`` on the token features x), pairs of one image twice left out."""
+    a, b = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    for t, _, i, j in text_positives(x, texts, ratio):
+        a.append(image_index[t[i]])
+        b.append(image_index[t[j]])
+    a, b = np.concatenate(a), np.concatenate(b)
+    keep = a != b
+    return a[keep], b[keep]
 
 
 def text_centre(x: np.ndarray, text_index: np.ndarray, kappa: float) -> np.ndarray:
@@ -635,7 +677,7 @@ class LMSignClusterer(Clusterer):
         clean = len(images) <= cfg.clean_share * corpus.n_tokens
         feats = glyph_features(images, cfg, ctx.seed)
         if not clean and cfg.encoder_epochs:
-            feats = with_encoder(feats, images, cfg, ctx)
+            feats = with_encoder(feats, images, cfg, ctx, (corpus.image_index(), texts, text_index))
         return text_centre(feats[corpus.image_index()], text_index, cfg.text_centring), texts, clean   # (n, D)
 
     def validate(self) -> None:

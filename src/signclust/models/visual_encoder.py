@@ -11,10 +11,17 @@ proportions) followed by ``GlyphAugment`` (affine warp, stroke width, noise), bo
 ``strength``. Strong deformations merge signs of a large inventory that differ by one stroke;
 the default strength is half of the usual glyph augmentation. The embedding returned is the
 encoder's feature (before the projection head, as SimCLR evaluates it), L2-normalised.
+
+The deformations are ours, not the hand's. A caller that knows pairs of images that are likely one
+sign written twice (``lm``: within-text mutual nearest neighbours, one hand) can go on training with
+each pair's two images as the two views (``pairs``, one list of pairs per round, each round
+``pair_epochs`` epochs, as NNCLR and SCAN take mined neighbours as positives): the variation it
+then learns to ignore is the corpus's own.
 """
 from __future__ import annotations
 
 import hashlib
+import copy
 from collections import OrderedDict
 from dataclasses import astuple, dataclass
 
@@ -38,6 +45,7 @@ class EncoderConfig:
     batch: int = 256
     lr: float = 3e-3
     max_images: int = 20000   # an epoch sees at most this many images (a random subset beyond)
+    pair_epochs: int = 30     # epochs of each round of ``pairs`` (train_encoder)
 
 
 def elastic(x: torch.Tensor, alpha: float, gen: torch.Generator, grid: int = 4) -> torch.Tensor:
@@ -64,42 +72,57 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
 
 # Fits that differ only in what the encoder does not see (the ablation's variants, an Optuna
 # study's trials) would train the same encoder again: the last few results are kept in this
-# process, keyed on the glyph bytes, the config, the seed and the device, together with the
-# global RNG states the training left behind, so that a hit leaves the process as a training would.
-_CACHE: OrderedDict[str, tuple[np.ndarray, dict]] = OrderedDict()
-CACHE_SIZE = 4
+# process, keyed on the glyph bytes, the config, the seed, the device and the pair rounds, together
+# with the global RNG states the training left behind (so that a hit leaves the process as a
+# training would) and the trained state (from which a further round of pairs goes on).
+_CACHE: OrderedDict[str, tuple[np.ndarray, dict, dict]] = OrderedDict()
+CACHE_SIZE = 8
+
+Pairs = tuple[np.ndarray, np.ndarray]     # (a, b): image a[i] and image b[i] are likely one sign
 
 
-def cache_key(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device) -> str:
+def cache_key(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device, pairs: tuple = ()) -> str:
     h = hashlib.sha1(np.ascontiguousarray(glyphs).tobytes())
-    h.update(repr((glyphs.shape, str(glyphs.dtype), astuple(cfg), seed, str(device))).encode())
+    h.update(repr((glyphs.shape, str(glyphs.dtype), astuple(cfg), seed, str(device), len(pairs))).encode())
+    for a, b in pairs:
+        h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes() + b"|")
+        h.update(np.ascontiguousarray(b, dtype=np.int64).tobytes() + b"|")
     return h.hexdigest()
 
 
 def train_encoder(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device: str = "auto",
-                  progress: bool = False, cache: bool = True) -> np.ndarray:
+                  progress: bool = False, cache: bool = True, pairs: list[Pairs] | tuple = ()) -> np.ndarray:
     """uint8 (m, H, W) normalised glyphs -> float32 (m, cfg.dim) L2-normalised features.
     Every random draw comes from one CPU generator seeded with ``seed``. Images become float
-    tensors a batch at a time (100k glyphs would be 0.9 GB as one tensor). With ``cache``, the
-    same glyphs, config, seed and device return (a copy of) the features trained before."""
-    dev = torch_device(device)
-    key = cache_key(glyphs, cfg, seed, dev) if cache else None
+    tensors a batch at a time (100k glyphs would be 0.9 GB as one tensor). ``pairs``: after the
+    SimCLR epochs, one round of ``cfg.pair_epochs`` epochs per entry, with each pair's two images
+    as the two views. With ``cache``, the same glyphs, config, seed, device and pairs return (a copy
+    of) the features trained before, and a call with one more round of pairs goes on from the
+    cached state of the rounds before it."""
+    return _encode(glyphs, cfg, seed, torch_device(device), progress, cache, tuple(pairs))[0].copy()
+
+
+def _encode(glyphs, cfg, seed, dev, progress, cache, pairs) -> tuple[np.ndarray, dict]:
+    key = cache_key(glyphs, cfg, seed, dev, pairs) if cache else None
     if key in _CACHE:
-        feats, states = _CACHE[key]
+        feats, states, state = _CACHE[key]
         _CACHE.move_to_end(key)
         restore_rng(states)
-        return feats.copy()
-    feats = _train(glyphs, cfg, seed, dev, progress)
+        return feats, state
+    if pairs:                                   # the rounds before the last (cached or trained), then it
+        _, before = _encode(glyphs, cfg, seed, dev, progress, cache, pairs[:-1])
+        feats, state = _refine(glyphs, cfg, before, pairs[-1], dev, progress, len(pairs))
+    else:
+        feats, state = _train(glyphs, cfg, seed, dev, progress)
     if key is not None:
-        _CACHE[key] = (feats.copy(), capture_rng())
+        _CACHE[key] = (feats.copy(), capture_rng(), state)
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
-    return feats
+    return feats, state
 
 
-def _train(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, dev, progress: bool) -> np.ndarray:
-    seed_everything(seed)
-    gen = torch.Generator().manual_seed(seed)
+def _parts(glyphs: np.ndarray, cfg: EncoderConfig, dev, gen: torch.Generator):
+    """The encoder, its projection head, their optimiser and the random view of a batch."""
     net = GlyphCNN(image_size=glyphs.shape[-1], feat_dim=cfg.dim, width=cfg.width, n_blocks=3, pool=2).to(dev)
     head = mlp(cfg.dim, 128, 64).to(dev)
     opt = torch.optim.Adam(list(net.parameters()) + list(head.parameters()), lr=cfg.lr)
@@ -109,7 +132,38 @@ def _train(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, dev, progress: boo
 
     def view(xb):
         return augment(elastic(xb, 2 * s, gen), gen).to(dev)
+    return net, head, opt, view
 
+
+def _step(net, head, opt, view, a: np.ndarray, b: np.ndarray, tau: float) -> torch.Tensor:
+    """One NT-Xent step with images a[i] and b[i] (B, H, W) as the twins (b is a: SimCLR)."""
+    xa = images_to_tensor(a)                                            # (B, 1, H, W)
+    xb = xa if b is a else images_to_tensor(b)
+    # both views in one forward pass: BatchNorm normalises them with the same statistics
+    z = head(net(torch.cat([view(xa), view(xb)])))                     # (2B, 64)
+    loss = nt_xent(z[:len(a)], z[len(a):], tau)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def _state(net, head, opt, gen: torch.Generator) -> dict:
+    """What a further round of pairs goes on from (copies: the cache must not share live tensors)."""
+    return {"net": copy.deepcopy(net.state_dict()), "head": copy.deepcopy(head.state_dict()),
+            "opt": copy.deepcopy(opt.state_dict()), "gen": gen.get_state()}
+
+
+def _features(net, glyphs: np.ndarray, cfg: EncoderConfig, dev) -> np.ndarray:
+    feats = np.concatenate([embed(net, images_to_tensor(glyphs[a:a + cfg.max_images]), device=dev)
+                            for a in range(0, len(glyphs), cfg.max_images)])
+    return F.normalize(torch.from_numpy(feats), dim=1).numpy()
+
+
+def _train(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, dev, progress: bool) -> tuple[np.ndarray, dict]:
+    seed_everything(seed)
+    gen = torch.Generator().manual_seed(seed)
+    net, head, opt, view = _parts(glyphs, cfg, dev, gen)
     bar = epoch_bar(cfg.epochs, progress, "encoder")
     steps = -(-min(len(glyphs), cfg.max_images) // cfg.batch)
     loss = None
@@ -117,15 +171,34 @@ def _train(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, dev, progress: boo
         for idx in shuffled_batches(len(glyphs), cfg.batch, gen, drop_last=False)[:steps]:
             if len(idx) < 8:                    # too few negatives (and BatchNorm) for a step
                 continue
-            xb = images_to_tensor(glyphs[idx.numpy()])                  # (B, 1, H, W)
-            # both views in one forward pass: BatchNorm normalises them with the same statistics
-            z = head(net(torch.cat([view(xb), view(xb)])))             # (2B, 64)
-            loss = nt_xent(z[:len(idx)], z[len(idx):], cfg.tau)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            batch = glyphs[idx.numpy()]
+            loss = _step(net, head, opt, view, batch, batch, cfg.tau)
         if loss is not None:                    # None: fewer than 8 images, nothing to train on
             bar.set_postfix(loss=f"{loss.item():.3f}")
-    feats = np.concatenate([embed(net, images_to_tensor(glyphs[a:a + cfg.max_images]), device=dev)
-                            for a in range(0, len(glyphs), cfg.max_images)])
-    return F.normalize(torch.from_numpy(feats), dim=1).numpy()
+    return _features(net, glyphs, cfg, dev), _state(net, head, opt, gen)
+
+
+def _refine(glyphs: np.ndarray, cfg: EncoderConfig, before: dict, pairs: Pairs, dev, progress: bool,
+            round_: int) -> tuple[np.ndarray, dict]:
+    """One round of ``cfg.pair_epochs`` epochs from the trained state ``before``: in each batch of
+    pairs, a[i]'s view and b[i]'s view are the twins."""
+    gen = torch.Generator()
+    gen.set_state(before["gen"])
+    net, head, opt, view = _parts(glyphs, cfg, dev, gen)
+    net.load_state_dict(before["net"])
+    head.load_state_dict(before["head"])
+    opt.load_state_dict(before["opt"])
+    a, b = (np.asarray(p, dtype=np.int64) for p in pairs)
+    if len(a) != len(b):
+        raise ValueError(f"train_encoder: a round of pairs has {len(a)} first and {len(b)} second images")
+    bar = epoch_bar(cfg.pair_epochs, progress, f"encoder pairs {round_}")
+    loss = None
+    for _ in bar:
+        for idx in shuffled_batches(len(a), cfg.batch, gen, drop_last=False):
+            if len(idx) < 8:                    # too few negatives (and BatchNorm) for a step
+                continue
+            idx = idx.numpy()
+            loss = _step(net, head, opt, view, glyphs[a[idx]], glyphs[b[idx]], cfg.tau)
+        if loss is not None:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    return _features(net, glyphs, cfg, dev), _state(net, head, opt, gen)
