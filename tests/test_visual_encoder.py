@@ -4,6 +4,7 @@ corpus where the hand changes a sign's pixels more than the sign does."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -153,6 +154,10 @@ def test_a_round_of_pairs_goes_on_from_the_cached_rounds_before_it(monkeypatch):
     assert torch.equal(after_hit, torch.rand(3))                 # a hit leaves the generators as training does
     assert not np.array_equal(first, second)
     assert not np.array_equal(first, train_encoder(images, cfg, seed=0, device="cpu"))
+    # only the rounds read pair_epochs: another value retrains them, not the SimCLR phase
+    n = len(calls)
+    train_encoder(images, replace(cfg, pair_epochs=3), seed=0, device="cpu", pairs=[p1])
+    assert calls[n:] == ["round 1"]
     with pytest.raises(ValueError, match="a round of pairs has 3 first and 2 second images"):
         train_encoder(images, cfg, seed=0, device="cpu", pairs=[(np.arange(3), np.arange(2))], cache=False)
 

@@ -20,10 +20,10 @@ then learns to ignore is the corpus's own.
 """
 from __future__ import annotations
 
-import hashlib
 import copy
+import hashlib
 from collections import OrderedDict
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 
 import numpy as np
 import torch
@@ -82,6 +82,8 @@ Pairs = tuple[np.ndarray, np.ndarray]     # (a, b): image a[i] and image b[i] ar
 
 
 def cache_key(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, device, pairs: tuple = ()) -> str:
+    if not pairs:                           # the SimCLR phase does not read pair_epochs: one entry for all
+        cfg = replace(cfg, pair_epochs=0)
     h = hashlib.sha1(np.ascontiguousarray(glyphs).tobytes())
     h.update(repr((glyphs.shape, str(glyphs.dtype), astuple(cfg), seed, str(device), len(pairs))).encode())
     for a, b in pairs:
@@ -160,21 +162,30 @@ def _features(net, glyphs: np.ndarray, cfg: EncoderConfig, dev) -> np.ndarray:
     return F.normalize(torch.from_numpy(feats), dim=1).numpy()
 
 
+def _epochs(n: int, desc: str, progress: bool, batches, step) -> None:
+    """``n`` epochs of ``step(idx)`` over the index batches ``batches()`` draws for each epoch."""
+    bar = epoch_bar(n, progress, desc)
+    loss = None
+    for _ in bar:
+        for idx in batches():
+            if len(idx) < 8:                    # too few negatives (and BatchNorm) for a step
+                continue
+            loss = step(idx.numpy())
+        if loss is not None:                    # None: fewer than 8 images, nothing to train on
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+
+
 def _train(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, dev, progress: bool) -> tuple[np.ndarray, dict]:
     seed_everything(seed)
     gen = torch.Generator().manual_seed(seed)
     net, head, opt, view = _parts(glyphs, cfg, dev, gen)
-    bar = epoch_bar(cfg.epochs, progress, "encoder")
     steps = -(-min(len(glyphs), cfg.max_images) // cfg.batch)
-    loss = None
-    for _ in bar:
-        for idx in shuffled_batches(len(glyphs), cfg.batch, gen, drop_last=False)[:steps]:
-            if len(idx) < 8:                    # too few negatives (and BatchNorm) for a step
-                continue
-            batch = glyphs[idx.numpy()]
-            loss = _step(net, head, opt, view, batch, batch, cfg.tau)
-        if loss is not None:                    # None: fewer than 8 images, nothing to train on
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+
+    def step(idx):
+        batch = glyphs[idx]
+        return _step(net, head, opt, view, batch, batch, cfg.tau)
+    _epochs(cfg.epochs, "encoder", progress,
+            lambda: shuffled_batches(len(glyphs), cfg.batch, gen, drop_last=False)[:steps], step)
     return _features(net, glyphs, cfg, dev), _state(net, head, opt, gen)
 
 
@@ -191,14 +202,7 @@ def _refine(glyphs: np.ndarray, cfg: EncoderConfig, before: dict, pairs: Pairs, 
     a, b = (np.asarray(p, dtype=np.int64) for p in pairs)
     if len(a) != len(b):
         raise ValueError(f"train_encoder: a round of pairs has {len(a)} first and {len(b)} second images")
-    bar = epoch_bar(cfg.pair_epochs, progress, f"encoder pairs {round_}")
-    loss = None
-    for _ in bar:
-        for idx in shuffled_batches(len(a), cfg.batch, gen, drop_last=False):
-            if len(idx) < 8:                    # too few negatives (and BatchNorm) for a step
-                continue
-            idx = idx.numpy()
-            loss = _step(net, head, opt, view, glyphs[a[idx]], glyphs[b[idx]], cfg.tau)
-        if loss is not None:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+    _epochs(cfg.pair_epochs, f"encoder pairs {round_}", progress,
+            lambda: shuffled_batches(len(a), cfg.batch, gen, drop_last=False),
+            lambda idx: _step(net, head, opt, view, glyphs[a[idx]], glyphs[b[idx]], cfg.tau))
     return _features(net, glyphs, cfg, dev), _state(net, head, opt, gen)
