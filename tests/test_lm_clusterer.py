@@ -775,18 +775,23 @@ def hand_split_corpus(n_texts=24, length=30, angle=20, noise=10.0, seed=0) -> Co
     return corpus_of_texts(texts, "hands")
 
 
-@pytest.mark.parametrize("pair_rounds, gain", [(0, 0.05), (2, 0.02)])
+@pytest.mark.parametrize("pair_rounds, gain", [(0, 0.1), (2, 0.05)])
 def test_coarse_contexts_join_the_forms_of_a_sign_split_by_hand(pair_rounds, gain):
-    # measured: V 0.81 against 0.78 with the encoder's default pair rounds, which already join
-    # part of the two hands' forms; more without them
-    corpus = hand_split_corpus()
-    gold = corpus.labels()
-    ours = fit(corpus, coarse_contexts=4, encoder_pair_rounds=pair_rounds)
-    fine = fit(corpus, coarse_contexts=0, encoder_pair_rounds=pair_rounds)          # contexts over the current types only
-    shut = fit(corpus, coarse_contexts=4, avoid_c0=1e9, encoder_pair_rounds=pair_rounds)   # coarse contexts never opened
-    assert np.array_equal(fine.labels, shut.labels)
-    assert ours.k_found < fine.k_found
-    assert v_measure_score(gold, ours.labels) >= v_measure_score(gold, fine.labels) + gain
+    # three draws of the corpus; measured mean V gain 0.16 without pair rounds and 0.12 with the
+    # default two, whose mined pairs already join the two hands' forms on the first draw (no gain there)
+    gains, fewer = [], []
+    for seed in range(3):
+        corpus = hand_split_corpus(seed=seed)
+        gold = corpus.labels()
+        ours = fit(corpus, coarse_contexts=4, encoder_pair_rounds=pair_rounds)
+        fine = fit(corpus, coarse_contexts=0, encoder_pair_rounds=pair_rounds)      # contexts over the current types only
+        shut = fit(corpus, coarse_contexts=4, avoid_c0=1e9, encoder_pair_rounds=pair_rounds)  # coarse contexts never opened
+        assert np.array_equal(fine.labels, shut.labels)
+        assert ours.k_found <= fine.k_found
+        fewer.append(ours.k_found < fine.k_found)
+        gains.append(v_measure_score(gold, ours.labels) - v_measure_score(gold, fine.labels))
+    assert sum(fewer) >= 2 and min(gains) >= 0
+    assert np.mean(gains) >= gain
 
 
 def test_glyph_features_in_chunks_equal_the_features_built_at_once():

@@ -125,7 +125,9 @@ def _encode(glyphs, cfg, seed, dev, progress, cache, pairs) -> tuple[np.ndarray,
 
 def _parts(glyphs: np.ndarray, cfg: EncoderConfig, dev, gen: torch.Generator):
     """The encoder, its projection head, their optimiser and the random view of a batch."""
-    net = GlyphCNN(image_size=glyphs.shape[-1], feat_dim=cfg.dim, width=cfg.width, n_blocks=3, pool=2).to(dev)
+    # channels_last: oneDNN's NHWC convolutions and max-pooling train faster on CPU (benchmarks/bench_encoder.py)
+    net = GlyphCNN(image_size=glyphs.shape[-1], feat_dim=cfg.dim, width=cfg.width, n_blocks=3,
+                   pool=2).to(dev, memory_format=torch.channels_last)
     head = mlp(cfg.dim, 128, 64).to(dev)
     opt = torch.optim.Adam(list(net.parameters()) + list(head.parameters()), lr=cfg.lr)
     s = cfg.strength
@@ -142,7 +144,8 @@ def _step(net, head, opt, view, a: np.ndarray, b: np.ndarray, tau: float) -> tor
     xa = images_to_tensor(a)                                            # (B, 1, H, W)
     xb = xa if b is a else images_to_tensor(b)
     # both views in one forward pass: BatchNorm normalises them with the same statistics
-    z = head(net(torch.cat([view(xa), view(xb)])))                     # (2B, 64)
+    views = torch.cat([view(xa), view(xb)]).contiguous(memory_format=torch.channels_last)
+    z = head(net(views))                                                # (2B, 64)
     loss = nt_xent(z[:len(a)], z[len(a):], tau)
     opt.zero_grad()
     loss.backward()
