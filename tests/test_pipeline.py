@@ -102,6 +102,21 @@ def test_read_idx_truncated_file_is_a_user_error(tmp_path):
         read_idx(tmp_path / "t")
 
 
+def test_benchmark_splits_read_their_own_idx_files(tmp_path, monkeypatch):
+    """mnist_train is the train file alone (the dev split for settings checked on mnist_test),
+    mnist_full train then test; an unknown split is one error naming the known ones."""
+    from signclust.data import benchmarks
+    for part, n in (("train", 3), ("t10k", 2)):
+        (tmp_path / f"{part}-images-idx3-ubyte").write_bytes(_idx_bytes(np.full((n, 2, 2), n, np.uint8)))
+        (tmp_path / f"{part}-labels-idx1-ubyte").write_bytes(_idx_bytes(np.arange(n, dtype=np.uint8)))
+    monkeypatch.setattr(benchmarks, "MNIST_DIR", tmp_path)
+    assert benchmarks.load_split("mnist_train")[0].shape == (3, 2, 2)
+    assert benchmarks.load_split("mnist_test")[0][:, 0, 0].tolist() == [2, 2]
+    assert benchmarks.load_split("mnist_full")[1].tolist() == [0, 1, 2, 0, 1]
+    with pytest.raises(UserError, match="unknown split 'dev' \\(test, train or full\\)"):
+        benchmarks.load_split("mnist_dev")
+
+
 def test_measure_native_and_reclustered():
     gold = np.array([0, 0, 0, 1, 1, 1])
     # a wrong native assignment, but a representation in which Ward separates the two groups

@@ -118,3 +118,28 @@ def test_prototypes_move_once_unfrozen():
     # a fractional freeze: only the first of the three iterations leaves them alone, so they move
     (w0, _), (w1, _), _ = _one_epoch(SwAV(**SMALL, freeze_prototypes_epochs=1 / 3))
     assert float((w1 - w0).abs().max()) > 1e-4
+
+
+# ----------------------------------------------------------------------------- the queue
+@pytest.mark.parametrize("batch, prototypes, queue, script", [
+    (64 * 64, 3000, 0, "swav_400ep_pretrain.sh: 8 nodes x 8 GPUs x 64 images, --queue_length 0"),
+    (4 * 64, 3000, 3840, "swav_400ep_bs256_pretrain.sh: 4 GPUs x 64 images, --queue_length 3840"),
+    (64 * 40, 3000, 2560, "swav_RN50w4_400ep_pretrain.sh: 64 GPUs x 40 images, --queue_length 2560"),
+])
+def test_queue_rule_gives_the_released_scripts_queues(batch, prototypes, queue, script):
+    from signclust.models.baselines.swav import queue_for
+    assert queue_for(batch, prototypes) == queue, script
+
+
+def test_default_queue_only_where_the_batch_is_short_of_prototypes():
+    """At K 10 or 53 (MNIST, cypriot) one batch of 128 already gives Sinkhorn 4096/3000 samples a
+    prototype: no queue (a queue of 1024 there cost NMI on the MNIST train split, see swav.py); at
+    317 (lineara) whole batches are added until batch + queue reach that ratio. An explicit
+    queue_length is used as given."""
+    model = SwAV()
+    assert model.p["queue_length"] is None
+    assert model.queue_length(128, 10) == 0 and model.queue_length(128, 53) == 0
+    assert model.queue_length(128, 317) == 384
+    assert 128 + 256 < 4096 / 3000 * 317 <= 128 + 384
+    assert SwAV(queue_length=1024).queue_length(128, 10) == 1024
+    assert SwAV(queue_length=0).queue_length(128, 317) == 0

