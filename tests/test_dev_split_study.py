@@ -28,6 +28,14 @@ def test_the_method_runs_with_its_paper_check_parameters_else_its_models_entry()
     assert study.method_params("jule", params) == {}
 
 
-def test_a_scored_corpus_is_loaded_only_when_asked():
-    corpus = study.dev_corpus("cypriot", load_params(), allow_scored=True)
-    assert corpus.counts()["types"] == 53
+def test_a_scored_corpus_is_loaded_only_when_asked(monkeypatch):
+    """With allow_scored a scored corpus comes from data/corpora (else the suite builder), as the
+    other studies load it; a held-out script is built by the suite builder."""
+    loaded = []
+    monkeypatch.setattr(study, "load_corpus", lambda name, prepare: loaded.append(name) or name)
+    monkeypatch.setattr(study.suite, "build", lambda name, prepare: f"built {name}")
+    params = load_params()
+    assert study.dev_corpus("cypriot", params, allow_scored=True) == "cypriot"
+    assert study.dev_corpus("latin_hands", params, allow_scored=True) == "latin_hands"
+    assert study.dev_corpus("armenian_hands", params) == "built armenian_hands"
+    assert loaded == ["cypriot", "latin_hands"]
