@@ -63,10 +63,11 @@ def dev_corpus(spec: str, params: dict, allow_scored: bool = False):
     name, _, sub = spec.partition(":")
     script, _, regime = name.rpartition("_")
     scored = set(params["prepare"]["suite"]["scripts"]) | {"cypriot", "lineara"}
-    if not allow_scored and (name == "mnist_test" or name in scored or script in scored):
+    is_corpus = name in scored or script in scored
+    if not allow_scored and (name == "mnist_test" or is_corpus):
         raise UserError(f"{name} is scored (paper check, comparison or suite), not a dev set "
                         "(--measure-scored to measure a setting there)")
-    if name in ("cypriot", "lineara") or script in scored:
+    if is_corpus:
         return load_corpus(name, params["prepare"])
     if script in suite.SCRIPTS and regime in suite.REGIMES:
         return suite.build(name, params["prepare"])
