@@ -902,3 +902,75 @@ def test_a_clean_corpus_makes_one_fit_without_a_pair_model(monkeypatch):
     monkeypatch.setattr(L, "corpus_pair_model", lambda *a: tried.append(a) or None)
     result = fit(free_variation_corpus(n_texts=6))
     assert tried == [] and "selection" not in result.info and result.info["pair_model"] is None
+
+
+def _ewens_log_prob(z, alpha):
+    """log P(partition z) under the Chinese restaurant process, told customer by customer: the
+    i-th token (0-based) opens a new table with probability alpha / (alpha + i), else joins a
+    table of m tokens with probability m / (alpha + i)."""
+    seated, logp = {}, 0.0
+    for i, t in enumerate(z):
+        m = seated.get(t, 0)
+        logp += math.log((m if m else alpha) / (alpha + i))
+        seated[t] = m + 1
+    return logp
+
+
+@pytest.mark.parametrize("k, n", [(1, 7), (2, 7), (5, 40), (41, 3000), (440, 3000), (2999, 3000)])
+def test_crp_concentration_expects_k_tables_among_n_tokens(k, n):
+    alpha = L.crp_concentration(k, n)
+    assert sum(alpha / (alpha + i) for i in range(n)) == pytest.approx(k, rel=1e-9, abs=1e-6)
+
+
+def test_crp_concentration_grows_with_k_and_refuses_impossible_counts():
+    alphas = [L.crp_concentration(k, 3000) for k in (10, 41, 100, 440)]
+    assert alphas == sorted(alphas) and alphas[0] < 2 < 6 < alphas[1] < 7 < 100 < alphas[3]
+    assert L.crp_concentration(3000, 3000) >= 1e11            # every token alone: only in the limit
+    for k, n in ((0, 5), (6, 5)):
+        with pytest.raises(ValueError, match="crp_concentration: k"):
+            L.crp_concentration(k, n)
+
+
+def test_seat_odds_is_the_change_of_the_partitions_crp_probability():
+    """A lone token joining another type changes log P(partition) by log(n_other / alpha); two lone
+    tokens by -log alpha; pairs of larger types get 0 (the term is for lone tokens only)."""
+    z = np.array([0] * 6 + [1] * 3 + [2, 3, 4] + [5] * 2)
+    size = np.bincount(z)
+    u, v = np.array([0, 1, 2, 2, 0, 1, 4]), np.array([2, 3, 3, 5, 1, 5, 0])
+    alpha = L.crp_concentration(6, len(z))
+    got = L.seat_odds(size, u, v)
+    for a, b, g in zip(u, v, got):
+        if min(size[a], size[b]) > 1:
+            assert g == 0.0
+            continue
+        merged = np.where(z == b, a, z)
+        assert g == pytest.approx(_ewens_log_prob(merged, alpha) - _ewens_log_prob(z, alpha)), (a, b)
+    assert got[0] == pytest.approx(math.log(6 / alpha)) and got[2] == pytest.approx(-math.log(alpha))
+
+
+def test_seat_odds_join_an_outlying_token_to_a_frequent_sign_only(monkeypatch):
+    """Two frequent signs (20 tokens each, one per text pair) and one token far off the first: the
+    visual evidence alone keeps it apart (its link's log-odds are below link_c0's cost), the seat
+    odds log(20 / alpha) with alpha for 3 types among 41 tokens tip it into its sign; the gain of
+    every other pair is unchanged. Off, and on a clean corpus (no pair model), nothing moves."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0.0, 0.05, 20), rng.normal(10.0, 0.05, 20), [1.6]])[:, None]
+    z = np.r_[np.zeros(20, int), np.ones(20, int), 2]
+    texts = [np.arange(41)]
+    pair = L.PairModel(a=2.0, b=2.0, n_positive=10)
+    d = np.abs(x - x.T)
+    np.fill_diagonal(d, np.inf)
+    nb = np.argsort(d, axis=1, kind="stable")[:, :2]
+    edges = (np.repeat(np.arange(41), 2), nb.ravel(), d[np.arange(41)[:, None], nb].ravel())
+    common = dict(candidates=2, max_rounds=1, batch=1.0, w_lm=0.0, vote="none", link_c0=0.6)
+    off, *_, out_off = _merge_round(monkeypatch, z, x, texts, pair, edges, None, seat_odds=False, **common)
+    on, *_, out_on = _merge_round(monkeypatch, z, x, texts, pair, edges, None, seat_odds=True, **common)
+    (u, v, g_off, _), (_, _, g_on, _) = off[0], on[0]
+    lone = (u == 2) | (v == 2)
+    assert np.allclose(g_on[~lone], g_off[~lone])
+    assert np.allclose(g_on[lone] - g_off[lone], np.log(20 / L.crp_concentration(3, 41)))
+    assert out_off.tolist() == z.tolist()                       # the outlier stays a type of its own
+    assert out_on.tolist() == [0] * 20 + [1] * 20 + [0]         # it joins the sign it is nearest to
+    clean, *_, out_clean = _merge_round(monkeypatch, z, x, texts, None, None, None, seat_odds=True, **common)
+    plain, *_ = _merge_round(monkeypatch, z, x, texts, None, None, None, seat_odds=False, **common)
+    assert np.allclose(clean[0][2], plain[0][2])

@@ -147,6 +147,10 @@ class LMConfig:
                                  "token, edge: against the whole graph, each token once or every edge; "
                                  "none: no vote, `off` in the reports made before the name changed; "
                                  "reports/knn_vote_study_near.md, reports/knn_vote_study.md)")
+    seat_odds: bool = config_field(False, bool,
+                                   doc="noisy corpus: a one-token type joining a type of n tokens gains the Chinese "
+                                       "restaurant process's odds log(n / alpha) of that table over a new one "
+                                       "(alpha: the Ewens estimate from the current K)")
     same_text: str = config_field("tokens", str, choices=("pairs", "tokens"),
                                   doc="noisy corpus: how the same-text pair evidence S(u, v) counts (tokens: each "
                                       "token of the smaller type once per text; pairs: every pair of tokens, the "
@@ -621,6 +625,40 @@ def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k:
     return np.where(p1 > p0, llr, -np.inf) if mode in ("near", "near_loose") else llr
 
 
+def crp_concentration(k: int, n: int) -> float:
+    """The Chinese restaurant process's concentration alpha under which k tables are expected for n
+    customers: alpha (psi(alpha + n) - psi(alpha)) = k, the Ewens maximum-likelihood estimate of alpha
+    from a partition of n tokens into k types (it depends on k alone). 1 <= k <= n; at k = n the
+    expectation is only reached in the limit, and the search's upper end (1e12) is returned."""
+    from scipy.optimize import brentq
+    from scipy.special import digamma
+    if not 1 <= k <= n:
+        raise ValueError(f"crp_concentration: k {k} is not between 1 and n {n}")
+
+    def excess(log_alpha: float) -> float:
+        a = np.exp(log_alpha)
+        return a * (digamma(a + n) - digamma(a)) - k
+    lo, hi = np.log(1e-12), np.log(1e12)
+    if excess(hi) <= 0:
+        return float(np.exp(hi))
+    if excess(lo) >= 0:
+        return float(np.exp(lo))
+    return float(np.exp(brentq(excess, lo, hi, xtol=1e-12)))
+
+
+def seat_odds(size: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """log-odds, in nats, that the Chinese restaurant process seats a lone token at the other type's
+    table rather than at a new one, for each pair (u[i], v[i]) in which one type holds one token:
+    log(n_other / alpha), alpha = ``crp_concentration`` of the current types; 0 for other pairs. It is
+    exactly the change of the CRP's log probability of the partition when the lone token joins (two
+    lone tokens: -log alpha). An alphabet (few types, each frequent) seats an outlying token of a
+    frequent sign with its sign; a script of hundreds of rare signs keeps it apart."""
+    size = np.asarray(size, dtype=np.float64)
+    alpha = crp_concentration(int((size > 0).sum()), int(size.sum()))
+    small, big = np.minimum(size[u], size[v]), np.maximum(size[u], size[v])
+    return np.where(small == 1, np.log(big / alpha), 0.0)
+
+
 def dup_prior(rank: np.ndarray, c0: float) -> np.ndarray:
     """Prior log-odds of a merge: -c0 for the visually nearest type, less by log(rank) further out."""
     return -c0 - np.log(rank)
@@ -809,6 +847,9 @@ class LMSignClusterer(Clusterer):
                 split_by_hand = avoidance(z, k, texts, u, v) < -cfg.avoid_c0
                 d_lm = np.where(split_by_hand, np.maximum(d_lm, d_coarse), d_lm)
             gain = cfg.w_lm * d_lm + visual
+            if pair is not None and cfg.seat_odds:
+                # a lone token: does the corpus's rate of new types make it a sign of its own?
+                gain = gain + seat_odds(size, u, v)
             merges = disjoint_best(u, v, gain, max(1, int(cfg.batch * k)))
             if not merges:
                 break
