@@ -60,7 +60,10 @@ def parse_changes(items: list[str]) -> dict:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. --set refits=1")
-        changes[key] = yaml.safe_load(value)
+        try:
+            changes[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise UserError(f"--set {item!r}: the value is not YAML ({str(exc).splitlines()[0]})") from None
     return changes
 
 

@@ -61,7 +61,12 @@ def census(gold: np.ndarray, z: np.ndarray, micro: np.ndarray, rare_max: int) ->
 
 def study(corpus: Corpus, row_cfg: dict, seed: int, rare_max: int) -> dict:
     """Fits lm as configured and counts (``census``); the micro-clusters are lm's own: the cut of the
-    pair model its selection kept, on the features of the same fit."""
+    pair model its selection kept, on the features of the same fit (``micro_k`` of them). With
+    ``refits`` the fit records the refitted pair model, not the one that cut the micro-clusters:
+    refused."""
+    if row_cfg.get("refits", 0):
+        raise UserError(f"refits {row_cfg['refits']}: the study rebuilds the micro-clusters from the pair model the fit "
+                        "records, which refits replace; run it with refits 0")
     clusterer = get_clusterer("lm", **row_cfg)
     features, kept = clusterer.features, {}
 
@@ -74,7 +79,8 @@ def study(corpus: Corpus, row_cfg: dict, seed: int, rare_max: int) -> dict:
     pair = result.info.get("pair_model")
     micro = lm.micro_clusters(x, corpus.image_index(), clean, lm.PairModel(**pair) if pair else None,
                               clusterer.cfg, seed)
-    return census(corpus.labels(), np.asarray(result.labels), micro, rare_max)
+    return {**census(corpus.labels(), np.asarray(result.labels), micro, rare_max),
+            "micro_k": int(len(np.unique(micro)))}
 
 
 def markdown(table: dict, seed: int, rare_max: int, changes: dict) -> str:
@@ -105,15 +111,18 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.rare < 1:
         raise UserError(f"--rare {args.rare}: expected at least 1")
+    if args.seed < 0:
+        raise UserError(f"--seed {args.seed}: expected 0 or more")
     changes = parse_changes(args.set)
     out = report_path(args.out, "lone_types_study.md", ("--corpora", "--seed", "--rare", "--set"),
                       bool(args.corpora or args.seed or args.rare != 2 or changes))
     params = load_params()
     _, row_cfg, _ = run_config("lm", params)
     get_clusterer("lm", **{**row_cfg, **changes})                 # bad parameters: one line, before any fit
+    corpora = {name: load_corpus(name, params["prepare"]) for name in args.corpora or HELD_OUT}   # bad names too
     table = {}
-    for name in args.corpora or HELD_OUT:
-        table[name] = r = study(load_corpus(name, params["prepare"]), {**row_cfg, **changes}, args.seed, args.rare)
+    for name, corpus in corpora.items():
+        table[name] = r = study(corpus, {**row_cfg, **changes}, args.seed, args.rare)
         print(f"{name}: K {r['k']} (true {r['k_true']}), lone {r['lone']} ({r['lone_rare']} of a rare sign), "
               f"rare signs {r['rare_signs']}, tokens alone {r['rare_alone_micro']} -> {r['rare_alone']} of "
               f"{r['rare_tokens']}", flush=True)

@@ -924,8 +924,9 @@ def test_crp_concentration_expects_k_tables_among_n_tokens(k, n):
 
 def test_crp_concentration_grows_with_k_and_refuses_impossible_counts():
     alphas = [L.crp_concentration(k, 3000) for k in (10, 41, 100, 440)]
-    assert alphas == sorted(alphas) and alphas[0] < 2 < 6 < alphas[1] < 7 < 100 < alphas[3]
-    assert L.crp_concentration(3000, 3000) >= 1e11            # every token alone: only in the limit
+    assert alphas == sorted(alphas) and alphas[0] < 2 and 6 < alphas[1] < 7 and alphas[3] > 100
+    assert L.crp_concentration(3000, 3000) == pytest.approx(1e12)   # every token alone: only in the limit
+    assert L.crp_concentration(1, 3000) == pytest.approx(1e-12)     # one type: alpha -> 0
     for k, n in ((0, 5), (6, 5)):
         with pytest.raises(ValueError, match="crp_concentration: k"):
             L.crp_concentration(k, n)
@@ -938,7 +939,7 @@ def test_seat_odds_is_the_change_of_the_partitions_crp_probability():
     size = np.bincount(z)
     u, v = np.array([0, 1, 2, 2, 0, 1, 4]), np.array([2, 3, 3, 5, 1, 5, 0])
     alpha = L.crp_concentration(6, len(z))
-    got = L.seat_odds(size, u, v)
+    got = L.crp_seat_odds(size, u, v)
     for a, b, g in zip(u, v, got):
         if min(size[a], size[b]) > 1:
             assert g == 0.0
@@ -972,5 +973,5 @@ def test_seat_odds_join_an_outlying_token_to_a_frequent_sign_only(monkeypatch):
     assert out_off.tolist() == z.tolist()                       # the outlier stays a type of its own
     assert out_on.tolist() == [0] * 20 + [1] * 20 + [0]         # it joins the sign it is nearest to
     clean, *_, out_clean = _merge_round(monkeypatch, z, x, texts, None, None, None, seat_odds=True, **common)
-    plain, *_ = _merge_round(monkeypatch, z, x, texts, None, None, None, seat_odds=False, **common)
-    assert np.allclose(clean[0][2], plain[0][2])
+    plain, *_, out_plain = _merge_round(monkeypatch, z, x, texts, None, None, None, seat_odds=False, **common)
+    assert np.allclose(clean[0][2], plain[0][2]) and out_clean.tolist() == out_plain.tolist()

@@ -36,9 +36,16 @@ def test_study_counts_lms_own_fit_and_micro_clusters(tiny_corpus):
     model = lm.LMSignClusterer(**cfg)
     fitted = model.fit(corpus, FitContext(seed=1, progress=False))
     row = lone.study(corpus, cfg, seed=1, rare_max=2)
-    assert row["k"] == fitted.k_found and row["k_true"] == 5
+    assert row["k"] == fitted.k_found and row["k_true"] == 5 and row["micro_k"] == fitted.info["micro_clusters"]
     assert row["lone"] == int((np.bincount(fitted.labels) == 1).sum())
     assert row["rare_signs"] == 0 and row["rare_tokens"] == 0           # every sign has 10 tokens
+    every = lone.study(corpus, cfg, seed=1, rare_max=10)                # every sign rare: all 50 tokens counted
+    assert every["rare_signs"] == 5 and every["rare_tokens"] == 50 and every["micro_k"] == row["micro_k"]
+    gold, z = corpus.labels(), fitted.labels
+    assert every["rare_alone"] == sum(bool(np.all(gold[z == z[t]] == gold[t])) for t in range(50))
+    assert every["rare_alone_micro"] >= every["rare_alone"] > 0         # merges only join micro-clusters
+    with pytest.raises(lone.UserError, match="refits 1: the study rebuilds the micro-clusters"):
+        lone.study(corpus, {**cfg, "refits": 1}, seed=1, rare_max=2)
     md = lone.markdown({"tiny": row}, 1, 2, {"seat_odds": True})
     table = [line for line in md.splitlines() if line.startswith("|")]
     assert len({line.count("|") for line in table}) == 1 and "`seat_odds: True`" in md
@@ -48,6 +55,9 @@ def test_study_counts_lms_own_fit_and_micro_clusters(tiny_corpus):
     (["--set", "seat_odds=true"], "give it its own --out"),
     (["--rare", "0", "--out", "x.md"], "--rare 0: expected at least 1"),
     (["--set", "no_such_key=1", "--out", "x.md"], "no_such_key"),
+    (["--set", "seat_odds=[", "--out", "x.md"], "the value is not YAML"),
+    (["--seed", "-1", "--out", "x.md"], "--seed -1: expected 0 or more"),
+    (["--corpora", "nowhere_hands", "--out", "x.md"], "nowhere_hands: not in data/corpora"),
 ])
 def test_bad_input_is_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:

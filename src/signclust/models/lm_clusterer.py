@@ -628,31 +628,33 @@ def knn_vote(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k:
 def crp_concentration(k: int, n: int) -> float:
     """The Chinese restaurant process's concentration alpha under which k tables are expected for n
     customers: alpha (psi(alpha + n) - psi(alpha)) = k, the Ewens maximum-likelihood estimate of alpha
-    from a partition of n tokens into k types (it depends on k alone). 1 <= k <= n; at k = n the
-    expectation is only reached in the limit, and the search's upper end (1e12) is returned."""
+    from a partition of n tokens into k types (it depends on k and n, not on the types' sizes).
+    1 <= k <= n; the two ends are reached only in the limit and return the search's ends: 1e-12 at
+    k = 1, 1e12 at k = n."""
     from scipy.optimize import brentq
     from scipy.special import digamma
     if not 1 <= k <= n:
         raise ValueError(f"crp_concentration: k {k} is not between 1 and n {n}")
+    lo, hi = np.log(1e-12), np.log(1e12)
+    if k == 1 or k == n:
+        return float(np.exp(lo if k == 1 else hi))
 
     def excess(log_alpha: float) -> float:
         a = np.exp(log_alpha)
         return a * (digamma(a + n) - digamma(a)) - k
-    lo, hi = np.log(1e-12), np.log(1e12)
-    if excess(hi) <= 0:
-        return float(np.exp(hi))
-    if excess(lo) >= 0:
-        return float(np.exp(lo))
     return float(np.exp(brentq(excess, lo, hi, xtol=1e-12)))
 
 
-def seat_odds(size: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+def crp_seat_odds(size: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """log-odds, in nats, that the Chinese restaurant process seats a lone token at the other type's
     table rather than at a new one, for each pair (u[i], v[i]) in which one type holds one token:
     log(n_other / alpha), alpha = ``crp_concentration`` of the current types; 0 for other pairs. It is
     exactly the change of the CRP's log probability of the partition when the lone token joins (two
     lone tokens: -log alpha). An alphabet (few types, each frequent) seats an outlying token of a
-    frequent sign with its sign; a script of hundreds of rare signs keeps it apart."""
+    frequent sign with its sign; a script of hundreds of rare signs keeps it apart. alpha is
+    estimated afresh each merge round from the current K, which starts at the micro-clusters': the
+    early rounds, with K far above the final one, hold lone tokens apart hardest (where nearly every
+    micro-cluster is one token alpha grows towards n^2 / 2 and the odds approach -2 log n)."""
     size = np.asarray(size, dtype=np.float64)
     alpha = crp_concentration(int((size > 0).sum()), int(size.sum()))
     small, big = np.minimum(size[u], size[v]), np.maximum(size[u], size[v])
@@ -849,7 +851,7 @@ class LMSignClusterer(Clusterer):
             gain = cfg.w_lm * d_lm + visual
             if pair is not None and cfg.seat_odds:
                 # a lone token: does the corpus's rate of new types make it a sign of its own?
-                gain = gain + seat_odds(size, u, v)
+                gain = gain + crp_seat_odds(size, u, v)
             merges = disjoint_best(u, v, gain, max(1, int(cfg.batch * k)))
             if not merges:
                 break
