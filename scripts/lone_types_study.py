@@ -26,12 +26,13 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from heldout_scripts import parse_changes  # noqa: E402
 from pair_model_calibration import load_corpus, report_path  # noqa: E402
+from small_types_study import fit_keeping_features  # noqa: E402
 from signclust.config import load_params  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models import lm_clusterer as lm  # noqa: E402
-from signclust.models.base import FitContext, get_clusterer  # noqa: E402
+from signclust.models.base import get_clusterer  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 
 HELD_OUT = ["armenian_hands", "armenian_handwriting", "ethiopic_hands", "ethiopic_handwriting"]
@@ -47,9 +48,8 @@ def rare_alone(gold: np.ndarray, z: np.ndarray, rare: np.ndarray) -> int:
 
 def census(gold: np.ndarray, z: np.ndarray, micro: np.ndarray, rare_max: int) -> dict:
     """The counts of one fit: gold (n,) sign codes, z (n,) its types, micro (n,) its micro-clusters."""
-    gold = np.unique(gold, return_inverse=True)[1]
-    gold_size, size = np.bincount(gold), np.bincount(np.unique(z, return_inverse=True)[1])
-    z = np.unique(z, return_inverse=True)[1]
+    gold, z = np.unique(gold, return_inverse=True)[1], np.unique(z, return_inverse=True)[1]
+    gold_size, size = np.bincount(gold), np.bincount(z)
     lone = np.flatnonzero(size[z] == 1)                                   # tokens that are a type alone
     rare = np.flatnonzero(gold_size[gold] <= rare_max)                    # tokens of rare gold signs
     return {"k_true": len(gold_size), "k": len(size), "lone": len(lone),
@@ -68,14 +68,7 @@ def study(corpus: Corpus, row_cfg: dict, seed: int, rare_max: int) -> dict:
         raise UserError(f"refits {row_cfg['refits']}: the study rebuilds the micro-clusters from the pair model the fit "
                         "records, which refits replace; run it with refits 0")
     clusterer = get_clusterer("lm", **row_cfg)
-    features, kept = clusterer.features, {}
-
-    def keep_features(c, ctx):                  # the fit's own features, not a second encoder run
-        kept["f"] = features(c, ctx)
-        return kept["f"]
-    clusterer.features = keep_features
-    result = clusterer.fit(corpus, FitContext(seed=seed, n_clusters=None, device="cpu", progress=False))
-    x, _, clean = kept["f"]
+    result, (x, _, clean) = fit_keeping_features(clusterer, corpus, seed)
     pair = result.info.get("pair_model")
     micro = lm.micro_clusters(x, corpus.image_index(), clean, lm.PairModel(**pair) if pair else None,
                               clusterer.cfg, seed)

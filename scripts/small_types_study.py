@@ -51,18 +51,23 @@ def absorb_small_types(z: np.ndarray, x: np.ndarray, m: int) -> np.ndarray:
     return np.unique(out, return_inverse=True)[1]
 
 
-def study(corpus: Corpus, row_cfg: dict, seed: int) -> dict:
-    clusterer = get_clusterer("lm", **row_cfg)
-    features = clusterer.features
-    kept = {}
+def fit_keeping_features(clusterer, corpus: Corpus, seed: int):
+    """lm's fit of ``corpus`` at ``seed`` and the (x, texts, clean) its ``features`` returned during
+    that fit: the fit's own features, not a second encoder run."""
+    features, kept = clusterer.features, {}
 
-    def keep_features(c, ctx):                  # the fit's own x, not a second encoder run
-        kept["x"] = features(c, ctx)
-        return kept["x"]
+    def keep_features(c, ctx):
+        kept["f"] = features(c, ctx)
+        return kept["f"]
 
     clusterer.features = keep_features
     result = clusterer.fit(corpus, FitContext(seed=seed, n_clusters=None, device="cpu", progress=False))
-    gold, z, x = corpus.labels(), np.asarray(result.labels), kept["x"][0]
+    return result, kept["f"]
+
+
+def study(corpus: Corpus, row_cfg: dict, seed: int) -> dict:
+    result, (x, _, _) = fit_keeping_features(get_clusterer("lm", **row_cfg), corpus, seed)
+    gold, z = corpus.labels(), np.asarray(result.labels)
     found, true = np.bincount(np.unique(z, return_inverse=True)[1]), np.unique(gold, return_counts=True)[1]
     row = {"k_true": len(true), "k": len(found), "v": score(gold, z)["v_measure"],
            "small": {m: (int((found <= m).sum()), int((true <= m).sum())) for m in SIZES}, "absorbed": {}}
