@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 
 from signclust.config import REPO_ROOT
@@ -30,11 +31,36 @@ def test_the_kept_ratio_and_its_fit_are_lms_own(tiny_corpus):
     assert kept["k"] == fitted.k_found and kept["v"] == score(corpus.labels(), fitted.labels)["v_measure"]
     assert sorted((r["ratio"], r["evidence"]) for r in t["rows"] if r["ratio"] >= 0.7) == [
         (s["pair_ratio"], s["evidence"]) for s in fitted.info["selection"]]
+    # the controlled evidence is the evidence less that of the same fit's types with the texts shuffled
+    clusterer = lm.LMSignClusterer(**cfg)
+    x, texts, _ = clusterer.features(corpus, FitContext(seed=1, progress=False))
+    symbols = lm.coarse_symbols(x, clusterer.cfg.select_symbols, clusterer.cfg.max_linkage_tokens, 1)
+    assert kept["controlled"] == pytest.approx(kept["evidence"] - sweep.shuffled_evidence(
+        fitted.labels, texts, symbols, clusterer.cfg.select_beta, 1), abs=1e-9)
+
+
+def test_shuffled_evidence_is_the_evidence_of_shuffled_texts():
+    rng = np.random.default_rng(0)
+    texts = [np.arange(0, 12), np.arange(12, 20), np.arange(20, 31)]
+    z, symbols = rng.integers(0, 3, 31), rng.integers(0, 4, 31)
+    orders = np.random.default_rng(7)
+    first = [orders.permutation(t) for t in texts]                  # the first of the seed's shuffles
+    assert sweep.shuffled_evidence(z, texts, symbols, 1.0, 7, shuffles=1) == pytest.approx(
+        lm.neighbour_evidence(z, first, symbols, 1.0), abs=1e-12)
+    # types that follow only the text (a hand's style): shuffling changes nothing, controlled evidence 0
+    by_text = np.repeat([0, 1, 2], [12, 8, 11])
+    assert sweep.shuffled_evidence(by_text, texts, by_text, 1.0, 7) == pytest.approx(
+        lm.neighbour_evidence(by_text, texts, by_text, 1.0), abs=1e-12)
+    # types that predict their neighbours (0 1 0 1 ...): the order holds evidence the shuffle destroys
+    alternating = np.arange(31) % 2
+    texts_even = [np.arange(0, 16), np.arange(16, 30)]
+    assert lm.neighbour_evidence(alternating, texts_even, alternating, 1.0) > sweep.shuffled_evidence(
+        alternating, texts_even, alternating, 1.0, 7) + 5
 
 
 def test_table_on_known_numbers():
-    def row(ratio, k, v, e):
-        return {"ratio": ratio, "k": k, "v": v, "evidence": e}
+    def row(ratio, k, v, e, c=0.0):
+        return {"ratio": ratio, "k": k, "v": v, "evidence": e, "controlled": c}
     table = {"a_hands": {"k_true": 41, "kept": 0.9, "best_v": 1.0, "pair_ratios": [0.8, 0.9, 1.0],
                          "rows": [row(0.5, 90, 0.90, -3.0), row(0.8, 79, 0.95, -2.0), row(0.9, 60, 0.96, -1.0),
                                   row(1.0, 50, 0.98, -1.5)]},
@@ -56,6 +82,16 @@ def test_table_on_known_numbers():
     text = sweep.markdown(table, [0.5, 0.8, 0.9, 1.0], 0)
     assert "| b_hands | 317 | 0.720 (170) | 0.800 (600) |" in text
     assert "| mean V; K within ±20%; median K error | | 0.840; 0/2; 46% | 0.880; 0/2; 68% |" in text
+    # the criteria: evidence keeps a 0.9 (K 60, +46%) and b 0.8 (-46%) from pair_ratios, b 0.5 (600) from all;
+    # controlled (all 0: the first row of a tie) keeps a 0.8 (79, +93%) and b 0.8 from pair_ratios, a 0.5 (90,
+    # +120%) and b 0.5 (+89%) from all;
+    # best V keeps a 1.0 (50, +22%) and b 0.8 / 0.5
+    assert "| criterion | pair_ratios (0.8, 0.9, 1) | every swept ratio (0.5, 0.8, 0.9, 1) |" in text
+    assert "| evidence (`fit`) | 0.840; 0/2; 46% | 0.880; 0/2; 68% |" in text
+    assert "| controlled evidence | 0.835; 0/2; 70% | 0.850; 0/2; 104% |" in text
+    assert "| best V (labelled oracle) | 0.850; 0/2; 34% | 0.890; 0/2; 56% |" in text
+    table["a_hands"]["rows"][3]["controlled"] = 1.0              # now controlled keeps a 1.0: K 50, +22%
+    assert "| controlled evidence | 0.850; 0/2; 34% | 0.890; 0/2; 56% |" in sweep.markdown(table, [0.5, 0.8, 0.9, 1.0], 0)
 
 
 def test_bad_input_is_one_error_line(capsys):
