@@ -12,11 +12,12 @@ ratio with the best V (a labelled reference that nothing in lm reads). The label
 score. Corpora not in ``data/corpora`` (the held-out scripts) are built in memory by the suite's
 builder, as scripts/heldout_scripts.py does.
 
-Beside the selection's evidence, each fit gets a *controlled* evidence: the evidence minus the same
-evidence with every text's tokens shuffled (``shuffled_evidence``). Types that follow a hand's style
-predict the style of the same text's other tokens whether or not they are neighbours; only what is
-left after the shuffle is sequential context. The last section compares the fits each criterion
-would keep, and the fit of the best V (a labelled oracle), against K true.
+Beside the selection's evidence, each fit gets a *controlled* evidence: the evidence minus the
+same evidence with every text's tokens shuffled (``evaluation.label_free.shuffled_evidence``).
+Types that follow a hand's style predict the style of the same text's other tokens whether or not
+they are neighbours; only what is left after the shuffle is sequential context. The last section
+compares the fits each criterion would keep, and the fit of the best V (a labelled oracle), against
+K true.
 """
 from __future__ import annotations
 
@@ -34,24 +35,14 @@ from pair_model_calibration import load_corpus, noisy_corpora, report_path  # no
 from signclust.config import load_params  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
+from signclust.evaluation.label_free import CONTROL_SHUFFLES, shuffled_evidence  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
-from signclust.models.lm_clusterer import coarse_symbols, neighbour_evidence  # noqa: E402
+from signclust.models.lm_clusterer import coarse_symbols  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 
 DEFAULT_RATIOS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-SHUFFLES = 5                    # within-text shuffles averaged by ``shuffled_evidence``
-
-
-def shuffled_evidence(z: np.ndarray, texts: list[np.ndarray], symbols: np.ndarray, beta: float, seed: int,
-                      shuffles: int = SHUFFLES) -> float:
-    """``neighbour_evidence`` of the types z with every text's tokens in a random order, averaged
-    over ``shuffles`` orders (the same orders for every z of one seed): what the types predict about
-    their text's other tokens that is not sequential context."""
-    rng = np.random.default_rng(seed)
-    orders = [[rng.permutation(t) for t in texts] for _ in range(shuffles)]
-    return float(np.mean([neighbour_evidence(z, order, symbols, beta) for order in orders]))
 
 
 def sweep(corpus: Corpus, row_cfg: dict, ratios: list[float], seed: int) -> dict:
@@ -157,7 +148,7 @@ def criteria(table: dict, ratios: list[float], pair_ratios: list[float]) -> list
     grids = [("pair_ratios", sorted(pair_ratios)), ("every swept ratio", sorted(ratios))]
     lines = ["", "## Which fit each criterion keeps", "",
              "*controlled evidence*: the evidence minus the same types' evidence with every text shuffled "
-             f"(mean of {SHUFFLES} shuffles), i.e. sequential context only. *best V*: the fit of the highest V, read "
+             f"(mean of {CONTROL_SHUFFLES} shuffles), i.e. sequential context only. *best V*: the fit of the highest V, read "
              "from the labels: no label-free criterion can keep a better one from these fits. Cells: mean V; K within "
              "±20% of K true; median K error.", "",
              "| criterion | " + " | ".join(f"{name} ({', '.join(f'{r:g}' for r in g)})" for name, g in grids) + " |",

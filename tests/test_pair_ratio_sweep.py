@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import importlib.util
 
-import numpy as np
 import pytest
 
 from signclust.config import REPO_ROOT
+from signclust.evaluation import label_free
 from signclust.evaluation.metrics import score
 from signclust.models import lm_clusterer as lm
 from signclust.models.base import FitContext
@@ -35,27 +35,8 @@ def test_the_kept_ratio_and_its_fit_are_lms_own(tiny_corpus):
     clusterer = lm.LMSignClusterer(**cfg)
     x, texts, _ = clusterer.features(corpus, FitContext(seed=1, progress=False))
     symbols = lm.coarse_symbols(x, clusterer.cfg.select_symbols, clusterer.cfg.max_linkage_tokens, 1)
-    assert kept["controlled"] == pytest.approx(kept["evidence"] - sweep.shuffled_evidence(
+    assert kept["controlled"] == pytest.approx(kept["evidence"] - label_free.shuffled_evidence(
         fitted.labels, texts, symbols, clusterer.cfg.select_beta, 1), abs=1e-9)
-
-
-def test_shuffled_evidence_is_the_evidence_of_shuffled_texts():
-    rng = np.random.default_rng(0)
-    texts = [np.arange(0, 12), np.arange(12, 20), np.arange(20, 31)]
-    z, symbols = rng.integers(0, 3, 31), rng.integers(0, 4, 31)
-    orders = np.random.default_rng(7)
-    first = [orders.permutation(t) for t in texts]                  # the first of the seed's shuffles
-    assert sweep.shuffled_evidence(z, texts, symbols, 1.0, 7, shuffles=1) == pytest.approx(
-        lm.neighbour_evidence(z, first, symbols, 1.0), abs=1e-12)
-    # types that follow only the text (a hand's style): shuffling changes nothing, controlled evidence 0
-    by_text = np.repeat([0, 1, 2], [12, 8, 11])
-    assert sweep.shuffled_evidence(by_text, texts, by_text, 1.0, 7) == pytest.approx(
-        lm.neighbour_evidence(by_text, texts, by_text, 1.0), abs=1e-12)
-    # types that predict their neighbours (0 1 0 1 ...): the order holds evidence the shuffle destroys
-    alternating = np.arange(31) % 2
-    texts_even = [np.arange(0, 16), np.arange(16, 30)]
-    assert lm.neighbour_evidence(alternating, texts_even, alternating, 1.0) > sweep.shuffled_evidence(
-        alternating, texts_even, alternating, 1.0, 7) + 5
 
 
 def test_table_on_known_numbers():

@@ -9,6 +9,11 @@ other texts (a good type inventory makes the script's sign sequences predictable
 ``visual_inhomogeneity``: how far tokens lie from their type's mean glyph, relative to the corpus
 mean glyph. Both computed from the assignment alone, the same for every method. How far U can be
 trusted to rank configurations is measured per study (Spearman with V-measure, in the tune report).
+
+``context_evidence``: lm's selection score (``neighbour_evidence``: how well the types predict their
+neighbours' symbols) over symbols no configuration changes (``glyph_symbols``), optionally less the
+same with every text shuffled (``shuffled_evidence``). Not part of U: the study scripts
+(scripts/label_free_rho.py, scripts/pair_ratio_sweep.py) measure how it ranks fits.
 """
 from __future__ import annotations
 
@@ -105,3 +110,46 @@ def unsupervised_score(labels: np.ndarray, data: CorpusData, ucfg: dict) -> dict
     ce_norm = ce / math.log(max(n, 2))
     u = -(float(ucfg.get("lm_weight", 1.0)) * ce_norm + float(ucfg.get("hom_weight", 1.0)) * hom)
     return {"unsupervised": u, "heldout_ce": ce, "hom_rel": hom}
+
+
+# --------------------------------------------------------------------------- context evidence
+# lm's own selection score (models/lm_clusterer.neighbour_evidence) read over symbols that no
+# configuration changes, so that any labelling of a corpus can be scored: scripts/label_free_rho.py
+# measures how it ranks tuning trials, scripts/pair_ratio_sweep.py how its controlled form chooses fits.
+CONTROL_SHUFFLES = 5
+
+
+def glyph_symbols(data: CorpusData, n: int, seed: int = 0, dims: int = 32) -> np.ndarray:
+    """(n_tokens,) ``n`` clusters of the PCA of the tokens' normalised glyphs, cut as lm cuts its
+    context symbols (``coarse_symbols``: Ward, k-means above lm's ``max_linkage_tokens``): symbols
+    that are the same for every configuration of every method."""
+    from sklearn.decomposition import PCA
+
+    from signclust.models.lm_clusterer import LMConfig, coarse_symbols
+    glyphs = data.glyphs[data.image_index]                                      # (n_tokens, pixels)
+    dims = max(1, min(dims, glyphs.shape[1], len(glyphs) - 1))
+    return coarse_symbols(PCA(dims, random_state=seed).fit_transform(glyphs), n, LMConfig().max_linkage_tokens, seed)
+
+
+def shuffled_evidence(z: np.ndarray, texts: list[np.ndarray], symbols: np.ndarray, beta: float, seed: int,
+                      shuffles: int = CONTROL_SHUFFLES) -> float:
+    """``neighbour_evidence`` of the types z with every text's tokens in a random order, averaged
+    over ``shuffles`` orders (the same orders for every z of one seed): what the types predict about
+    their text's other tokens that is not sequential context (a hand's style, a text's topic)."""
+    from signclust.models.lm_clusterer import neighbour_evidence
+    rng = np.random.default_rng(seed)
+    orders = [[rng.permutation(t) for t in texts] for _ in range(shuffles)]
+    return float(np.mean([neighbour_evidence(z, order, symbols, beta) for order in orders]))
+
+
+def context_evidence(labels: np.ndarray, texts: list[np.ndarray], symbols: np.ndarray, beta: float = 1.0,
+                     controlled: bool = False, seed: int = 0) -> float:
+    """How well the types ``labels`` predict their left and right neighbours' ``symbols``, in nats per
+    token (``neighbour_evidence``; higher is better). ``controlled``: less the same with every text
+    shuffled (``shuffled_evidence``), i.e. sequential context only."""
+    from signclust.models.lm_clusterer import neighbour_evidence
+    z = np.unique(np.asarray(labels), return_inverse=True)[1]
+    evidence = neighbour_evidence(z, texts, symbols, beta)
+    if controlled:
+        evidence -= shuffled_evidence(z, texts, symbols, beta, seed)
+    return evidence / len(z)
