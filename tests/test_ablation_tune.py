@@ -166,7 +166,13 @@ def test_unsupervised_terms(tiny_corpus):
     ce_single = label_free.heldout_bigram_ce(singletons, data.texts, folds=2)
     assert 0 < ce_one < ce_single
     u = label_free.unsupervised_score(gold, data, {"lm_weight": 1.0, "hom_weight": 1.0})
-    assert set(u) == {"unsupervised", "heldout_ce", "hom_rel"} and u["unsupervised"] < 0
+    assert set(u) == {"unsupervised", "heldout_ce", "hom_rel", "context_evidence"} and u["unsupervised"] < 0
+    # beside U, the controlled context evidence over the corpus's glyph symbols (10 unless set)
+    assert u["context_evidence"] == label_free.context_evidence(gold, data.texts, label_free.glyph_symbols(data, 10),
+                                                                controlled=True)
+    four = label_free.unsupervised_score(gold, data, {"context_symbols": 4})["context_evidence"]
+    assert four == label_free.context_evidence(gold, data.texts, label_free.glyph_symbols(data, 4), controlled=True)
+    assert four != u["context_evidence"]
     assert objective.proxy_value({"lm": 4.0, "entropy": 3.5, "hom": 0.2}, ["lm", "-entropy", "hom"]) == pytest.approx(-0.7)
     assert objective.proxy_value({"lm": 4.0}, ["lm", "hom"]) is None and objective.proxy_value({"lm": 1.0}, []) is None
     assert tune_report.spearman([1, 2, 3, 4], [2, 4, 6, 9])["rho"] == pytest.approx(1.0)
@@ -214,6 +220,9 @@ def test_tune_parallel_workers_then_resume(tiny_corpus, saved_corpus, tmp_path):
     assert agree["n"] == 3 and agree["rho"] is not None
     md = (tmp_path / "reports" / "tune_t.md").read_text()
     assert "## Best trial" in md and "Spearman" in md and f"{agree['rho']:.3f}" in md
+    context = tune_report.agreement(study)["context_vs_v"]
+    assert context["n"] == 3 and ("Spearman ρ between the controlled context evidence and V over 3 trials: "
+                                  f"{context['rho']:.3f}") in md
     for name in ("tune_t_history.png", "tune_t_importance.png"):
         assert (tmp_path / "reports" / "figures" / name).read_bytes()[:8] == PNG
     tuned = yaml.safe_load((tmp_path / "tuned_lm.yaml").read_text())
@@ -278,5 +287,25 @@ def test_baseline_trials_share_the_objective(tiny_corpus):
     data = label_free.CorpusData(tiny_corpus(per_type=5), "tiny")
     study.optimize(objective.Objective("ward", params, cfg, data, "supervised", "w", None), n_trials=2)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
-    assert all({"v_measure", "unsupervised", "k_found"} <= set(t.user_attrs) for t in study.trials)
+    assert all({"v_measure", "unsupervised", "context_evidence", "k_found"} <= set(t.user_attrs) for t in study.trials)
     assert all(t.user_attrs["k_found"] == 4 for t in study.trials)
+
+
+def test_the_context_objective_tunes_by_the_context_evidence(tiny_corpus):
+    """``--objective context``: each trial's value is its controlled context evidence; the report's
+    agreement gives that score's rank correlation with V beside U's."""
+    import optuna
+    params = tiny_params()
+    params["tune"]["spaces"]["ward"] = {"pca_dim": {"choices": [0, 10]}, "glyphs": {"choices": [False, True]}}
+    cfg = tune_study.tune_config(params)
+    study = optuna.create_study(direction="maximize", pruner=workers.make_pruner(cfg))
+    data = label_free.CorpusData(tiny_corpus(per_type=5, noise=60.0), "tiny")
+    study.optimize(objective.Objective("ward", params, cfg, data, "context", "w", None), n_trials=3)
+    assert all(t.value == t.user_attrs["context_evidence"] for t in study.trials)
+    agree = tune_report.agreement(study)
+    assert agree["context_vs_v"] == tune_report.spearman([t.value for t in study.trials],
+                                                         [t.user_attrs["v_measure"] for t in study.trials])
+    best = max(study.trials, key=lambda t: t.value)
+    assert agree["pick_by_context"]["trial"] == best.number
+    assert agree["pick_by_context"]["v_measure"] == best.user_attrs["v_measure"]
+    assert tune_study.METRIC_NAMES["context"] == "context_evidence"

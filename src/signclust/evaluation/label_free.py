@@ -12,8 +12,9 @@ trusted to rank configurations is measured per study (Spearman with V-measure, i
 
 ``context_evidence``: lm's selection score (``neighbour_evidence``: how well the types predict their
 neighbours' symbols) over symbols no configuration changes (``glyph_symbols``), optionally less the
-same with every text shuffled (``shuffled_evidence``). Not part of U: the study scripts
-(scripts/label_free_rho.py, scripts/pair_ratio_sweep.py) measure how it ranks fits.
+same with every text shuffled (``shuffled_evidence``). Not part of U; every trial records the
+controlled form as ``context_evidence``, and ``--objective context`` tunes by it (how each ranks
+trials against V: scripts/label_free_rho.py).
 """
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ class CorpusData:
         g = normalize_glyphs(corpus.images)
         self.glyphs = g.reshape(len(g), -1).astype(np.float32) / 255.0     # per image
         self.image_index = corpus.image_index()
+        self._symbols: dict[int, np.ndarray] = {}
+
+    def context_symbols(self, n: int) -> np.ndarray:
+        """``glyph_symbols`` of this corpus into ``n`` symbols, cut once and kept."""
+        if n not in self._symbols:
+            self._symbols[n] = glyph_symbols(self, n)
+        return self._symbols[n]
 
     @property
     def k_true(self) -> int | None:
@@ -95,7 +103,8 @@ def visual_inhomogeneity(labels: np.ndarray, glyphs: np.ndarray, image_index: np
 
 
 def unsupervised_score(labels: np.ndarray, data: CorpusData, ucfg: dict) -> dict:
-    """U = -(a * CE_heldout / log(n) + b * inhomogeneity), both terms in [0, ~1].
+    """U = -(a * CE_heldout / log(n) + b * inhomogeneity), both terms in [0, ~1]; and, beside it, the
+    controlled ``context_evidence`` over ``ucfg["context_symbols"]`` (default 10) glyph symbols.
 
     A clustering that lumps everything is perfectly predictable (CE 0) and maximally
     inhomogeneous (1); one that splits every token is homogeneous (0) and unpredictable
@@ -109,7 +118,9 @@ def unsupervised_score(labels: np.ndarray, data: CorpusData, ucfg: dict) -> dict
     hom = visual_inhomogeneity(labels, data.glyphs, data.image_index)
     ce_norm = ce / math.log(max(n, 2))
     u = -(float(ucfg.get("lm_weight", 1.0)) * ce_norm + float(ucfg.get("hom_weight", 1.0)) * hom)
-    return {"unsupervised": u, "heldout_ce": ce, "hom_rel": hom}
+    symbols = data.context_symbols(int(ucfg.get("context_symbols", 10)))
+    return {"unsupervised": u, "heldout_ce": ce, "hom_rel": hom,
+            "context_evidence": context_evidence(labels, data.texts, symbols, controlled=True)}
 
 
 # --------------------------------------------------------------------------- context evidence

@@ -33,20 +33,23 @@ def spearman(x: list[float], y: list[float]) -> dict:
 
 
 def agreement(study) -> dict:
-    """Rank agreement with V-measure of the unsupervised objective and of the pruning proxy."""
+    """Rank agreement with V-measure of the two label-free scores (U, ``unsupervised``; the controlled
+    context evidence, ``context``: trials made before it was recorded have none) and of the pruning proxy."""
     from optuna.trial import TrialState
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if "v_measure" in t.user_attrs]
-    u = [t for t in done if "unsupervised" in t.user_attrs]
     p = [t for t in done if "proxy" in t.user_attrs]
-    out = {"unsupervised_vs_v": spearman([t.user_attrs["unsupervised"] for t in u],
-                                         [t.user_attrs["v_measure"] for t in u]),
-           "proxy_vs_v": spearman([t.user_attrs["proxy"] for t in p], [t.user_attrs["v_measure"] for t in p])}
-    if u:
-        best_u = max(u, key=lambda t: t.user_attrs["unsupervised"])
-        best_v = max(u, key=lambda t: t.user_attrs["v_measure"])
-        out["pick_by_unsupervised"] = {"trial": best_u.number, "v_measure": best_u.user_attrs["v_measure"],
-                                       "best_v_trial": best_v.number, "best_v": best_v.user_attrs["v_measure"]}
+    out = {"proxy_vs_v": spearman([t.user_attrs["proxy"] for t in p], [t.user_attrs["v_measure"] for t in p])}
+    for name, key in (("unsupervised", "unsupervised"), ("context", "context_evidence")):
+        scored = [t for t in done if key in t.user_attrs]
+        if name == "context" and not scored:
+            continue
+        out[f"{name}_vs_v"] = spearman([t.user_attrs[key] for t in scored], [t.user_attrs["v_measure"] for t in scored])
+        if scored:
+            best_s = max(scored, key=lambda t: t.user_attrs[key])
+            best_v = max(scored, key=lambda t: t.user_attrs["v_measure"])
+            out[f"pick_by_{name}"] = {"trial": best_s.number, "v_measure": best_s.user_attrs["v_measure"],
+                                      "best_v_trial": best_v.number, "best_v": best_v.user_attrs["v_measure"]}
     return out
 
 
@@ -128,6 +131,14 @@ def report_markdown(study, spec, proxy_keys: list[str], budget: int, tuned_path:
         pk = agree["pick_by_unsupervised"]
         lines.append(f"Picking the trial with the best U (trial {pk['trial']}) gives V {pk['v_measure']:.3f}; "
                      f"the best V found is {pk['best_v']:.3f} (trial {pk['best_v_trial']}).  ")
+    if "context_vs_v" in agree:
+        c = agree["context_vs_v"]
+        lines.append(f"Spearman ρ between the controlled context evidence and V over {c['n']} trials: "
+                     f"{_fmt(c['rho'])} (p = {_fmt(c['p'], '{:.3g}')}).  ")
+        if "pick_by_context" in agree:
+            pk = agree["pick_by_context"]
+            lines.append(f"Picking the trial with the best context evidence (trial {pk['trial']}) gives V "
+                         f"{pk['v_measure']:.3f}.  ")
     proxy = " ".join((f"- {k[1:]}" if k.startswith("-") else f"+ {k}") for k in proxy_keys).lstrip("+ ")
     lines += [f"Pruning proxy (per-epoch -({proxy})) vs V, at the last epoch: ρ = {_fmt(pr['rho'])} over "
               f"{pr['n']} trials." if proxy else f"No pruning: `{spec.method}` has no per-epoch proxy "

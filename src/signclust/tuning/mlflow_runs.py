@@ -32,9 +32,10 @@ def finish_parent_run(run_id: str | None, study, outputs: dict, agreement: dict)
         metrics["best_value"] = study.best_value
         metrics.update({f"best.{k}": v for k, v in study.best_trial.user_attrs.items()
                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    rho = agreement["unsupervised_vs_v"]["rho"]
-    if rho is not None:
-        metrics["spearman_unsupervised_v"] = rho
+    for name in ("unsupervised", "context"):
+        rho = (agreement.get(f"{name}_vs_v") or {}).get("rho")
+        if rho is not None:
+            metrics[f"spearman_{name}_v"] = rho
     transfer = study.user_attrs.get("transfer") or {}
     for name in ("tuned", "configured"):
         for k, v in (transfer.get(name) or {}).get("mean", {}).items():

@@ -19,7 +19,7 @@ import time
 from signclust import tracking
 from signclust.errors import UserError
 from signclust.evaluation.label_free import CorpusData, unsupervised_score
-from signclust.tuning.study import base_config
+from signclust.tuning.study import OBJECTIVE_SCORES, base_config
 
 
 def suggest(trial, space: dict) -> dict:
@@ -157,8 +157,7 @@ class Objective:
             scores["proxy"] = proxy
         for key, value in scores.items():
             trial.set_user_attr(key, float(value))
-        if self.objective == "supervised":
-            if "v_measure" not in scores:
-                raise UserError(f"corpus '{self.data.name}' has no gold labels: use --objective unsupervised")
-            return scores["v_measure"]
-        return scores["unsupervised"]
+        if self.objective == "supervised" and "v_measure" not in scores:
+            raise UserError(f"corpus '{self.data.name}' has no gold labels: use a label-free --objective "
+                            "(unsupervised or context)")
+        return scores[OBJECTIVE_SCORES[self.objective]]

@@ -44,14 +44,17 @@ DEFAULTS: dict = {
     "grace_s": 120,             # ... and is failed and re-enqueued when none came for this long
     "max_retry": 2,
     "report_seeds": [0, 1, 2],
-    "unsupervised": {"lm_weight": 1.0, "hom_weight": 1.0, "folds": 5, "alpha": 0.1},
+    "unsupervised": {"lm_weight": 1.0, "hom_weight": 1.0, "folds": 5, "alpha": 0.1, "context_symbols": 10},
     "intermediate": {"lm": ["lm", "-entropy", "hom"], "deepcluster": ["loss"], "swav": ["loss"]},
     "fixed": {},
     "spaces": {},
 }
-OBJECTIVES = ("supervised", "unsupervised")
-METRIC_NAMES = {"supervised": "v_measure", "unsupervised": "label_free_U"}   # study.set_metric_names
-SCORE_KEYS = ("v_measure", "nmi", "ari", "acc", "k_found", "unsupervised", "heldout_ce", "hom_rel", "seconds")
+OBJECTIVES = ("supervised", "unsupervised", "context")
+METRIC_NAMES = {"supervised": "v_measure", "unsupervised": "label_free_U",             # study.set_metric_names
+                "context": "context_evidence"}
+OBJECTIVE_SCORES = {"supervised": "v_measure", "unsupervised": "unsupervised", "context": "context_evidence"}
+SCORE_KEYS = ("v_measure", "nmi", "ari", "acc", "k_found", "unsupervised", "heldout_ce", "hom_rel", "context_evidence",
+              "seconds")
 
 
 def tune_config(params: dict) -> dict:

@@ -30,6 +30,8 @@ but has a committed journal is imported from the journal first (a fresh clone re
 Objectives (the study maximises; the metric is named in the study):
   supervised     V-measure against the tuning corpus's gold labels (``v_measure``).
   unsupervised   label-free U (``label_free_U``, signclust.evaluation.label_free).
+  context        label-free: the types' controlled context evidence (``context_evidence``, the same
+                 module; reports/label_free_rho.md: it ranks lm's trials like V better than U).
 Both are recorded for every trial when the corpus has labels; the report gives their Spearman
 correlation over the completed trials.
 
@@ -189,7 +191,8 @@ def main(argv=None):
         return
     signal.signal(signal.SIGTERM, workers.raise_interrupt)   # stop the workers too, their trials marked interrupted
     if objective == "supervised" and not Corpus.load(spec.corpus_dir, mmap=True).has_labels:
-        raise UserError(f"corpus '{args.corpus}' has no gold labels: use --objective unsupervised")
+        raise UserError(f"corpus '{args.corpus}' has no gold labels: use a label-free --objective "
+                        "(unsupervised or context)")
     run_parent(spec, params, cfg, n_workers, args.report_on, args.report_on_dir, args.report_seeds)
 
 
