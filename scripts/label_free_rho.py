@@ -36,8 +36,7 @@ sys.path.insert(0, str(REPO / "src"))
 from signclust.config import load_params  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
-from signclust.evaluation.label_free import (CorpusData, context_evidence, glyph_symbols,  # noqa: E402
-                                              unsupervised_score)
+from signclust.evaluation.label_free import CorpusData, context_evidence, unsupervised_score  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
@@ -83,7 +82,8 @@ def rescore(study: str, params: dict, n_symbols: int) -> dict:
     data = CorpusData(Corpus.load(CORPORA_DIR / summary["corpus"]), summary["corpus"])
     if data.gold is None:
         raise UserError(f"study {study}: corpus {summary['corpus']} has no labels to score V with")
-    symbols = glyph_symbols(data, n_symbols)
+    symbols = data.context_symbols(n_symbols)                    # what unsupervised_score reads below
+    ucfg = {**cfg["unsupervised"], "context_symbols": n_symbols}
     base = base_config(summary["method"], params, cfg)
     rows = []
     for trial in trials:
@@ -92,9 +92,9 @@ def rescore(study: str, params: dict, n_symbols: int) -> dict:
         result = clusterer.fit(data.corpus, FitContext(seed=int(cfg["fit_seed"]), progress=False))
         rows.append({"trial": trial.number, "v_recorded": float(trial.user_attrs["v_measure"]),
                      "v": float(score(data.gold, result.labels)["v_measure"]), "k": int(result.k_found),
-                     "u": float(unsupervised_score(result.labels, data, cfg["unsupervised"])["unsupervised"]),
-                     "e": context_evidence(result.labels, data.texts, symbols),
-                     "ec": context_evidence(result.labels, data.texts, symbols, controlled=True)})
+                     "e": context_evidence(result.labels, data.texts, symbols)})
+        label_free = unsupervised_score(result.labels, data, ucfg)            # U and the controlled evidence
+        rows[-1].update(u=float(label_free["unsupervised"]), ec=float(label_free["context_evidence"]))
         row = rows[-1]
         print(f"{study} trial {trial.number}: V {row['v']:.3f} (recorded {row['v_recorded']:.3f}), U {row['u']:.4f}, "
               f"evidence {row['e']:.4f}, controlled {row['ec']:.4f}, K {row['k']}, {time.time() - t0:.1f}s", flush=True)

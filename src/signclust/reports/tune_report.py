@@ -97,13 +97,17 @@ def _fmt(v, spec="{:.3f}"):
     return spec.format(v) if isinstance(v, (int, float)) else str(v)
 
 
+OBJECTIVE_WORDS = {"supervised": "V-measure", "unsupervised": "label-free U, see signclust.evaluation.label_free",
+                   "context": "label-free controlled context evidence, see signclust.evaluation.label_free"}
+
+
 def report_markdown(study, spec, proxy_keys: list[str], budget: int, tuned_path: Path | None, figures: dict) -> str:
     """reports/tune_<study>.md: best trial, U-V agreement, transfer, top trials, figures."""
     from optuna.trial import TrialState
     counts = count_states(study)
     lines = [f"# Optuna study `{study.study_name}`", "",
              f"Method `{spec.method}` tuned on `{spec.corpus}`, {spec.objective} objective "
-             f"({'V-measure' if spec.objective == 'supervised' else 'label-free U, see signclust.evaluation.label_free'}), "
+             f"({OBJECTIVE_WORDS[spec.objective]}), "
              f"budget {budget} finished trials. Storage `{redact(spec.storage)}`; the study itself: "
              f"`{_shown(spec.outputs()['journal'])}` (`optuna-dashboard` opens it).", "",
              "Trials: " + ", ".join(f"{counts[s]} {s}" for s in ("complete", "pruned", "fail", "running", "waiting")

@@ -148,7 +148,8 @@ class Objective:
         if pruned is not None:
             raise optuna.TrialPruned(str(pruned))
         print(f"trial {trial.number}: value {value:.4f} (V {scores.get('v_measure', float('nan')):.3f}, "
-              f"U {scores['unsupervised']:.3f}, K {scores['k_found']}, {scores['seconds']:.1f}s) {suggested}",
+              f"U {scores['unsupervised']:.3f}, context {scores['context_evidence']:.4f}, K {scores['k_found']}, "
+              f"{scores['seconds']:.1f}s) {suggested}",
               flush=True)
         return value
 

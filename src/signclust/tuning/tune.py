@@ -32,8 +32,8 @@ Objectives (the study maximises; the metric is named in the study):
   unsupervised   label-free U (``label_free_U``, signclust.evaluation.label_free).
   context        label-free: the types' controlled context evidence (``context_evidence``, the same
                  module; reports/label_free_rho.md: it ranks lm's trials like V better than U).
-Both are recorded for every trial when the corpus has labels; the report gives their Spearman
-correlation over the completed trials.
+All three are recorded for every trial (V when the corpus has labels); the report gives the
+Spearman correlation of each label-free score with V over the completed trials.
 
 Pruning (signclust.tuning.objective): MedianPruner on a per-epoch training proxy, through the
 FitContext.log_metrics contract (the callback raises StopFit); ``tune.pruner.type: none`` turns it off.
