@@ -20,7 +20,8 @@ FIGURES = {("lm", "a_free"): (0.98, 10, 10), ("lm", "a_hands"): (0.80, 13, 10), 
 
 
 ABLATION = {"a_free": -0.07}                            # Δ V of no_context per free-variation corpus
-RHO = {"lm_a_free_supervised_rho": ("a_free", 0.9, 24), "lm_a_hands_supervised_rho": ("a_hands", 0.5, 24)}
+#       study: (corpus, rho of the context evidence, rho of U, trials); None: the trials did not record it
+RHO = {"lm_a_free_supervised_rho": ("a_free", 0.9, 0.2, 24), "lm_a_hands_supervised_rho": ("a_hands", 0.5, 0.85, 24)}
 
 
 def _write(folder, skip=()):
@@ -31,10 +32,12 @@ def _write(folder, skip=()):
                 {"variants": {"no_context": {"delta_v": delta}, "no_pair": {"delta_v": 0.0}}}))
     studies = folder.parent / "studies"
     studies.mkdir(exist_ok=True)
-    for name, (corpus, rho, n) in RHO.items():
+    for name, (corpus, rho_context, rho_u, n) in RHO.items():
         if ("study", name) not in skip:
-            (studies / f"{name}.json").write_text(json.dumps(
-                {"corpus": corpus, "agreement": {"unsupervised_vs_v": {"rho": rho, "n": n}}}))
+            agreement = {"unsupervised_vs_v": {"rho": rho_u, "n": n}}
+            if rho_context is not None:
+                agreement["context_vs_v"] = {"rho": rho_context, "n": n}
+            (studies / f"{name}.json").write_text(json.dumps({"corpus": corpus, "agreement": agreement}))
     for (run, corpus), (v, k, kt) in FIGURES.items():
         if (run, corpus) in skip:
             continue
@@ -98,7 +101,21 @@ def test_context_ablation_and_rho_targets_from_their_own_files(tmp_path):
     folder = _write(tmp_path / "m")
     context, rho = suite.side_verdicts(suite.load_side(cfg, folder, tmp_path / "studies"), cfg)
     assert context["ok"] and context["measured"] == "1/1 corpora; Δ V -0.070"
-    assert not rho["ok"] and rho["misses"] == ["a_hands (+0.50)"] and rho["measured"].startswith("1/2 studies of 24")
+    assert not rho["ok"] and rho["misses"] == ["a_hands (+0.50)"]
+    assert rho["measured"] == "1/2 studies of 24 trials (one per corpus), median ρ +0.70; U: 1/2, median ρ +0.53"
+    assert "objective (controlled context evidence) ranks" in rho["target"]
+    # rho_score: unsupervised reads U's rho instead; a study whose trials lack the score is a miss
+    u_cfg = {**cfg, "rho_score": "unsupervised"}
+    _, rho = suite.side_verdicts(suite.load_side(u_cfg, folder, tmp_path / "studies"), u_cfg)
+    assert rho["misses"] == ["a_free (+0.20)"] and rho["measured"].endswith("; controlled context evidence: 1/2, median ρ +0.70")
+    RHO["lm_a_free_supervised_rho"] = ("a_free", None, 0.2, 24)
+    try:
+        _, rho = suite.side_verdicts(suite.load_side(cfg, _write(tmp_path / "m3"), tmp_path / "studies"), cfg)
+    finally:
+        RHO["lm_a_free_supervised_rho"] = ("a_free", 0.9, 0.2, 24)
+    assert rho["misses"] == ["a_free (–)", "a_hands (+0.50)"] and rho["measured"].startswith("0/2 studies of 24 trials (one per corpus), median ρ +0.50;")
+    with pytest.raises(UserError, match="report.suite.rho_score is 'supervised'; it must be one of unsupervised, context"):
+        suite.config({"report": {"suite": {**CFG["report"]["suite"], "rho_score": "supervised"}}})
     text = suite.build(CFG, folder, tmp_path / "s.md", None)
     assert "| removing the context term (`no_context`) costs ≥ 0.05 V on the free-variation corpora | 1/1" in text
     # a cheap context term is a miss; a variant the ablation did not run is one error
@@ -118,7 +135,7 @@ def test_missing_ablation_or_study_is_one_error_unless_partial(tmp_path):
         suite.build(CFG, folder, tmp_path / "s.md", None)
     text = suite.build(CFG, folder, tmp_path / "s.md", None, partial=True)
     assert "on the free-variation corpora | not measured | **not met** |" in text
-    assert "| 1/1 studies of 24 trials (one per corpus) | met |" in text
+    assert "| 1/1 studies of 24 trials (one per corpus), median ρ +0.90; U: 0/1, median ρ +0.20 | met |" in text
     assert "Not yet measured (`--partial`): ablation_a_free.json, lm_a_hands_supervised_rho.json." in text
 
 

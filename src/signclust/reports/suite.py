@@ -14,8 +14,11 @@ Reads reports/metrics/<run>_<corpus>.json (the evaluate stage) for the corpora o
 Two targets are measured outside the evaluate stage, and read here from their own outputs: what
 removing the context term costs on the free-variation corpora (the ablation stage's
 reports/metrics/ablation_<corpus>.json, variant ``report.suite.context_ablation``), and whether
-the label-free objective ranks configurations like V-measure (Spearman rho of the Optuna studies
-named in ``report.suite.rho_studies``, reports/studies/<study>.json, made by ``signclust tune``).
+the label-free objective ranks configurations like V-measure (Spearman rho, over the trials of each
+Optuna study named in ``report.suite.rho_studies``, of V and the label-free score
+``report.suite.rho_score`` that every trial records: ``context``, the controlled context evidence
+that ``signclust tune --objective context`` selects by, or ``unsupervised``, U; the other score's
+rho is shown beside it; reports/studies/<study>.json, made by ``signclust tune``).
 
 Missing metrics files are an error naming them (run ``dvc repro`` first), so a table never
 silently drops a row.
@@ -31,6 +34,11 @@ import numpy as np
 from signclust.config import REPO_ROOT, load_params
 from signclust.errors import UserError, cli_main
 from signclust.io import atomic_path, atomic_write_text
+from signclust.tuning.study import OBJECTIVE_SCORES
+
+# the label-free scores a tuning trial records (study.OBJECTIVE_SCORES less V itself), and their names here
+LABEL_FREE = tuple(o for o in OBJECTIVE_SCORES if o != "supervised")
+SCORE_WORDS = {"unsupervised": "U", "context": "controlled context evidence"}
 
 DEFAULTS = {
     "ours": "lm",
@@ -41,6 +49,7 @@ DEFAULTS = {
     "builtin": [],
     "context_ablation": "no_context",
     "rho_studies": [],
+    "rho_score": "context",     # the label-free score of the rho target: a key of tuning.study.OBJECTIVE_SCORES but V
     "rho_note": [],             # lines printed under the targets: what the studies were made with, if not the current code
     "targets": {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2, "k_median_within": 0.1,
                 "free_v": 0.97, "context_cost": 0.05, "rho": 0.8},
@@ -52,6 +61,9 @@ def config(params: dict) -> dict:
     cfg["targets"] = {**DEFAULTS["targets"], **(cfg.get("targets") or {})}
     if not cfg["corpora"]:
         raise UserError("params.yaml report.suite.corpora is empty")
+    if cfg["rho_score"] not in LABEL_FREE:
+        raise UserError(f"params.yaml report.suite.rho_score is {cfg['rho_score']!r}; "
+                        f"it must be one of {', '.join(LABEL_FREE)}")
     return cfg
 
 
@@ -77,9 +89,10 @@ def load(metrics_dir: Path, runs: list[str], corpora: list[str]) -> dict[tuple[s
 
 def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = False) -> dict:
     """The ablation's context cost per free-variation corpus, {corpus: delta V}, and each named
-    study's rho, {study: (corpus, rho, trials)}. A missing file is an error naming it (with
-    ``partial``: left out, and the target says what was measured)."""
-    side: dict = {"ablation": {}, "rho": {}, "missing": []}
+    study's rho for each label-free score, {score: {study: (corpus, rho, trials)}} (rho None where the
+    study's trials did not record that score). A missing file is an error naming it (with ``partial``:
+    left out, and the target says what was measured)."""
+    side: dict = {"ablation": {}, "rho": {s: {} for s in LABEL_FREE}, "missing": []}
     for c in [c for c in cfg["corpora"] if regime(c) == "free"]:
         path = Path(metrics_dir) / f"ablation_{c}.json"
         if not path.is_file():
@@ -96,8 +109,9 @@ def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = F
             side["missing"].append(path.name)
             continue
         doc = json.loads(path.read_text())
-        agree = (doc.get("agreement") or {}).get("unsupervised_vs_v") or {}
-        side["rho"][name] = (doc["corpus"], agree.get("rho"), int(agree.get("n") or 0))
+        for score in LABEL_FREE:
+            agree = (doc.get("agreement") or {}).get(f"{score}_vs_v") or {}
+            side["rho"][score][name] = (doc["corpus"], agree.get("rho"), int(agree.get("n") or 0))
     if side["missing"] and not partial:
         raise UserError(f"{len(side['missing'])} file(s) missing: {', '.join(side['missing'][:4])}; run the ablation "
                         "stages (dvc repro ablation) and the studies of report.suite.rho_studies first")
@@ -113,14 +127,23 @@ def side_verdicts(side: dict, cfg: dict) -> list[dict]:
                           "on the free-variation corpora",
                 "measured": (f"{len(abl) - len(cheap)}/{len(abl)} corpora; Δ V " + ", ".join(f"{d:+.3f}" for d in abl.values())
                              if abl else "not measured"), "ok": bool(abl) and not cheap, "misses": cheap})
-    rho = side["rho"]
-    low = [f"{corpus} ({r:+.2f})" if r is not None else f"{corpus} (–)" for corpus, r, _ in rho.values()
-           if r is None or r < t["rho"]]
-    trials = sorted({n for _, _, n in rho.values()})
-    out.append({"target": f"the label-free objective ranks configurations like V: Spearman ρ ≥ {t['rho']} "
-                          "over an Optuna study",
-                "measured": (f"{len(rho) - len(low)}/{len(rho)} studies of {'/'.join(map(str, trials))} trials "
-                             "(one per corpus)" if rho else "not measured"),
+    score = cfg["rho_score"]
+
+    def summary(rho: dict) -> tuple[str, str, list[str]]:
+        """'k/n' studies at the target, ', median ρ +x.xx' (over the studies that recorded it), the misses"""
+        low = [f"{corpus} ({r:+.2f})" if r is not None else f"{corpus} (–)" for corpus, r, _ in rho.values()
+               if r is None or r < t["rho"]]
+        known = [r for _, r, _ in rho.values() if r is not None]
+        return f"{len(rho) - len(low)}/{len(rho)}", f", median ρ {np.median(known):+.2f}" if known else "", low
+
+    rho = side["rho"][score]
+    count, median, low = summary(rho)
+    trials = sorted({n for _, r, n in rho.values() if r is not None})
+    others = "".join(f"; {SCORE_WORDS[s]}: " + "".join(summary(side["rho"][s])[:2]) for s in LABEL_FREE if s != score)
+    out.append({"target": f"the label-free objective ({SCORE_WORDS[score]}) ranks configurations like V: "
+                          f"Spearman ρ ≥ {t['rho']} over an Optuna study",
+                "measured": (f"{count} studies of {'/'.join(map(str, trials))} trials (one per corpus){median}{others}"
+                             if rho else "not measured"),
                 "ok": bool(rho) and not low, "misses": low})
     return out
 
