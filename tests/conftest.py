@@ -13,6 +13,8 @@ Fixtures
 ``one_torch_thread``  torch on one intra-op thread for the test, restored afterwards (a leaked
                   setting changes the floating-point results of every later fit, see test_reproduce).
 ``run_cli``       runs ``python -m <module> args...`` with this interpreter, returns CompletedProcess.
+``cli_error``     ``cli_error(main, argv, expected)``: ``main(argv)`` must exit 2 with one ``error:`` line
+                  containing ``expected`` and no traceback (``one_error_line``, for a caught SystemExit).
 """
 from __future__ import annotations
 
@@ -131,6 +133,28 @@ def run_cli():
     def run(module: str, *args, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
                               text=True, timeout=timeout, env=dict(os.environ))
+    return run
+
+
+def one_error_line(capsys, exc, expected: str) -> str:
+    """The SystemExit ``exc`` (pytest.raises) is exit 2 with exactly one ``error:`` line on stderr,
+    containing ``expected``; returns that line."""
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert "Traceback" not in captured.err
+    assert expected in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def cli_error(capsys):
+    """``cli_error(main, argv, expected)`` -> the one error line of ``main(argv)`` (exit 2)."""
+    def run(main, argv: list[str], expected: str) -> str:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        return one_error_line(capsys, exc, expected)
     return run
 
 

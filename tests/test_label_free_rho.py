@@ -82,7 +82,7 @@ def test_rescore_fits_each_trial_again(study_dirs):
     assert [r["v_recorded"] for r in result["rows"]] == [0.5, 0.6, 0.7]
 
 
-def test_a_study_it_cannot_score_is_refused_before_any_fit(study_dirs, capsys):
+def test_a_study_it_cannot_score_is_refused_before_any_fit(study_dirs, cli_error):
     _, folder = study_dirs
     make_study(folder, "ward_tiny_supervised_w", {"corpus": "tiny", "method": "ward"}, [(1.0, 0.5)] * 3)
     make_study(folder, "lm_gone_supervised_g", {"corpus": "gone", "method": "lm"}, [(1.0, 0.5)] * 3)
@@ -90,22 +90,15 @@ def test_a_study_it_cannot_score_is_refused_before_any_fit(study_dirs, capsys):
     for study, message in (("ward_tiny_supervised_w", "a study of lm on a corpus is needed (its summary has method 'ward'"),
                            ("lm_gone_supervised_g", "corpus gone not in"),
                            ("lm_tiny_supervised_two", "2 complete trial(s) with a recorded V; a rank correlation needs 3")):
-        with pytest.raises(SystemExit) as exc:                  # listed after a good study: still no fit runs
-            rho.main(["--studies", study, "--out", str(folder / "x.md")])
-        assert exc.value.code == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and f"study {study}: " in err and message in err and err.count("\n") == 1
+        # listed after a good study: still no fit runs
+        assert f"study {study}: " in cli_error(rho.main, ["--studies", study, "--out", str(folder / "x.md")], message)
     assert not (folder / "x.md").exists()
 
 
-def test_bad_input_is_one_error_line(capsys, tmp_path, monkeypatch):
+def test_bad_input_is_one_error_line(cli_error, tmp_path, monkeypatch):
     monkeypatch.setattr(rho, "STUDIES_DIR", tmp_path)
     for argv, message in ((["--studies", "lm_nope", "--out", "x.md"], "study lm_nope: lm_nope.json not found in"),
                           (["--studies", "lm_nope"], "--studies or --symbols make another study than "
                                                      "reports/label_free_rho.md: give it its own --out"),
                           (["--symbols", "1", "--out", "x.md"], "--symbols 1: at least 2 symbols")):
-        with pytest.raises(SystemExit) as exc:
-            rho.main(argv)
-        assert exc.value.code == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and message in err and err.count("\n") == 1
+        cli_error(rho.main, argv, message)

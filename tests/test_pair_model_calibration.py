@@ -66,7 +66,7 @@ def test_table_on_known_numbers():
     assert "a cut too fine: more micro-clusters): 1 of 2 corpora; above it (too coarse): b_hands." in text
 
 
-def test_bad_input_is_one_error_line(tiny_corpus, capsys, monkeypatch):
+def test_bad_input_is_one_error_line(tiny_corpus, cli_error):
     clean = tiny_corpus(n_types=3, per_type=2, noise=0.0, shift=0, duplicates=30)
     with pytest.raises(Exception) as exc:
         calib.calibration("c", clean, {}, seed=0)
@@ -74,8 +74,4 @@ def test_bad_input_is_one_error_line(tiny_corpus, capsys, monkeypatch):
     for argv, message in ((["--corpora", "cypriot"], "--corpora makes another study than "
                                                      "reports/pair_model_calibration.md: give it its own --out"),
                           (["--corpora", "nope_hands", "--out", "x.md"], "nope_hands: not in data/corpora")):
-        with pytest.raises(SystemExit) as exc:
-            calib.main(argv)
-        assert exc.value.code == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and message in err and err.count("\n") == 1
+        cli_error(calib.main, argv, message)

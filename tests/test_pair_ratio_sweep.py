@@ -75,15 +75,11 @@ def test_table_on_known_numbers():
     assert "| controlled evidence | 0.850; 0/2; 34% | 0.890; 0/2; 56% |" in sweep.markdown(table, [0.5, 0.8, 0.9, 1.0], 0)
 
 
-def test_bad_input_is_one_error_line(capsys):
+def test_bad_input_is_one_error_line(cli_error):
     for argv, message in ((["--corpora", "cypriot"], "--corpora, --ratios or --seed make another study than "
                                                      "reports/pair_ratio_sweep.md: give it its own --out"),
                           (["--ratios", "0.5", "1.5", "--out", "x.md"], "--ratios [0.5, 1.5]: each ratio must be in (0, 1]"),
                           (["--ratios", "0.5", "0.8", "--corpora", "nope_hands", "--out", "x.md"],
                            "--ratios [0.5, 0.8] leaves out [0.7, 0.9, 1.0] of lm's pair_ratios [0.7, 0.8, 0.9, 1.0]"),
                           (["--corpora", "nope_hands", "--out", "x.md"], "nope_hands: not in data/corpora")):
-        with pytest.raises(SystemExit) as exc:
-            sweep.main(argv)
-        assert exc.value.code == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and message in err and err.count("\n") == 1
+        cli_error(sweep.main, argv, message)

@@ -22,17 +22,8 @@ from signclust.data import import_corpus as imp
 from signclust.data.corpus import Corpus
 from signclust.io import atomic_dir, atomic_path, clean_stale
 
+from conftest import one_error_line
 from test_import import write_manifest
-
-
-def one_error_line(capsys, exc, expected: str) -> str:
-    assert exc.value.code == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    assert "Traceback" not in captured.err
-    assert expected in lines[0], lines[0]
-    return lines[0]
 
 
 def snapshot(folder: Path) -> dict:
