@@ -245,3 +245,55 @@ def test_lm_mines_pairs_again_each_round(monkeypatch, tiny_corpus):
     fit.fit(corpus, FitContext(seed=0, progress=False, device="cpu"))
     assert len(rounds) == 3 and rounds[0] == [] and len(rounds[1]) == 1 and len(rounds[2]) == 2
     assert rounds[2][0] == rounds[1][0] >= 8                     # the first round's pairs, then new ones
+
+
+
+def test_type_pairs_against_a_naive_reference():
+    """Each token of a type is paired with a random permutation of its type (types in order, the same
+    draws), pairs of one image twice left out: equal to a loop over the types."""
+    z = np.array([2, 0, 2, 1, 0, 2, 0, 3, 2, 1])
+    image_index = np.array([0, 1, 2, 3, 4, 2, 5, 6, 7, 8])                 # tokens 2 and 5: one image
+    rng, want = np.random.default_rng(0), []
+    for t in sorted(set(z.tolist())):
+        members = np.flatnonzero(z == t)
+        for i, j in zip(members, rng.permutation(members)):
+            if image_index[i] != image_index[j]:
+                want.append((int(image_index[i]), int(image_index[j])))
+    a, b = L.type_pairs(z, image_index, np.random.default_rng(0))
+    assert list(zip(a.tolist(), b.tolist())) == want
+    assert len(want) >= 4 and 6 not in a.tolist() + b.tolist()           # type 3 has one token: no pair
+    a3, b3 = L.type_pairs(z, image_index, np.random.default_rng(0), at_most=3)   # a subset, in order
+    pos = [want.index(p) for p in zip(a3.tolist(), b3.tolist())]
+    assert len(pos) == 3 and pos == sorted(pos)
+    assert L.type_pairs(z, image_index, np.random.default_rng(0), at_most=len(want))[0].tolist() == a.tolist()
+
+
+def test_self_rounds_train_the_encoder_on_the_fitted_types_and_fit_again(monkeypatch, tiny_corpus):
+    corpus = tiny_corpus(n_types=3, per_type=20, n_texts=3, noise=12.0)
+    rounds, fits = [], []
+
+    def fake(glyphs, cfg, seed, device, progress, pairs=()):
+        rounds.append([(a.copy(), b.copy()) for a, b in pairs])
+        return np.random.default_rng(len(pairs)).normal(size=(len(glyphs), 4)).astype(np.float32)
+    monkeypatch.setattr("signclust.models.visual_encoder.train_encoder", fake)
+    select = L.LMSignClusterer.select
+
+    def spy(self, *args):
+        fits.append(select(self, *args))
+        return fits[-1]
+    monkeypatch.setattr(L.LMSignClusterer, "select", spy)
+    ctx = FitContext(seed=0, progress=False, device="cpu")
+    kw = dict(encoder_epochs=2, encoder_pair_rounds=1, encoder_pair_ratio=1.0)
+    result = get_clusterer("lm", self_rounds=2, **kw).fit(corpus, ctx)
+    assert len(fits) == 3 and result is fits[-1]
+    assert result.info["self_training_k"] == [f.info["k_found"] for f in fits]
+    # the encoder's last call: the mined round, then one round of type pairs of each earlier fit
+    last = rounds[-1]
+    assert len(last) == 3 and max(len(r) for r in rounds) == 3
+    for i in (0, 1):
+        a, b = L.type_pairs(fits[i].labels, corpus.image_index(), np.random.default_rng([0, i]), 1000)
+        assert np.array_equal(last[1 + i][0], a) and np.array_equal(last[1 + i][1], b) and len(a) > 0
+    # off by default: one fit and the info as before
+    fits.clear()
+    plain = get_clusterer("lm", **kw).fit(corpus, ctx)
+    assert len(fits) == 1 and "self_training_k" not in plain.info

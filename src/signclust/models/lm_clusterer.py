@@ -58,7 +58,10 @@ The visual side, all label-free and fitted per corpus:
   signs by one hand. The encoder then trains ``encoder_pair_rounds`` rounds on pairs mined from
   the features so far: within one text, mutual nearest neighbours that pass the ratio test, i.e.
   two writings of one sign by one hand, the corpus's own variation, which the encoder's
-  deformations do not model. Then each token minus its text's mean feature, shrunk by
+  deformations do not model. With ``self_rounds`` (opt-in), the fit is then made again after
+  each further round on pairs of tokens of one fitted type, any two texts (self-training: the
+  fragments that context joined across hands teach the encoder what one sign's forms share).
+  Then each token minus its text's mean feature, shrunk by
   n_t / (n_t + text_centring): a hand is a per-text offset in this space.
 - pair model: within one text (one hand), a token's nearest neighbour that is much nearer than
   its second nearest is almost always the same sign (measured 0.73-0.98 precision on the suite);
@@ -113,6 +116,12 @@ class LMConfig:
     encoder_pair_epochs: int = config_field(30, int, min=1, doc="epochs of each round of mined pairs")
     encoder_pair_ratio: float = config_field(0.8, float, gt=0, max=1,
                                              doc="the ratio test of the mined pairs (as pair_ratios)")
+    self_rounds: int = config_field(0, int, min=0,
+                                    doc="noisy corpus: rounds of self-training after the fit: the encoder trains "
+                                        "encoder_pair_epochs more on pairs of tokens of one fitted type (any two "
+                                        "texts), then the fit is made again (opt-in; README 'Methods')")
+    self_pairs: int = config_field(1000, int, min=1,
+                                   doc="at most this many pairs in a round of self-training (a random subset)")
     # micro-clusters and the pair model
     clean_share: float = config_field(0.5, float, gt=0, max=1,
                                       doc="distinct images / tokens at or below this: a clean corpus")
@@ -225,7 +234,7 @@ def glyph_features(images: np.ndarray, cfg: LMConfig, seed: int, chunk: int = 20
 
 
 def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitContext,
-                 tokens: tuple | None = None) -> np.ndarray:
+                 tokens: tuple | None = None, fitted: tuple = ()) -> np.ndarray:
     """(m, D) glyph features of the distinct images -> (m, D + 64): the glyph features x
     ``glyph_weight`` beside the contrastive encoder's features (models/visual_encoder.py), each
     block first scaled to unit total variance. The encoder's features see past the hand; the
@@ -236,7 +245,11 @@ def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitC
     goes on training, round by round, on pairs of images mined from the features so far
     (``mined_pairs``: within one text, one hand, mutual nearest neighbours that pass the ratio
     test): two writings of one sign by one hand, the variation a handwriting corpus adds to every
-    token and the encoder's own deformations do not model."""
+    token and the encoder's own deformations do not model.
+
+    ``fitted``: labellings of the tokens by earlier fits (``self_rounds``); after the mined rounds, one
+    round per labelling on pairs of tokens of one type (``type_pairs``), whatever their texts: the
+    types that context and the merges joined across hands become the variation to ignore."""
     from signclust.models.visual_encoder import EncoderConfig, train_encoder
     glyphs = normalize_glyphs(images)
     ecfg = EncoderConfig(cfg.encoder_epochs, cfg.encoder_strength, pair_epochs=cfg.encoder_pair_epochs)
@@ -253,7 +266,27 @@ def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitC
             break
         rounds.append(pairs)
         x = joined(train_encoder(glyphs, ecfg, ctx.seed, ctx.device, ctx.progress, pairs=rounds))
+    for i, z in enumerate(fitted if tokens is not None else ()):
+        rounds.append(type_pairs(z, tokens[0], np.random.default_rng([ctx.seed, i]), cfg.self_pairs))
+        x = joined(train_encoder(glyphs, ecfg, ctx.seed, ctx.device, ctx.progress, pairs=rounds))
     return x
+
+
+def type_pairs(z: np.ndarray, image_index: np.ndarray, rng: np.random.Generator,
+               at_most: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b): the distinct images of pairs of tokens of one type of the labelling z (n,): each token
+    of a type of two or more with a random token of its type (a permutation within the type), pairs
+    of one image twice left out; then ``at_most`` of them, a random subset in their order."""
+    order = np.argsort(z, kind="stable")                            # the tokens grouped by type
+    starts = np.r_[0, np.flatnonzero(np.diff(z[order])) + 1, len(z)]
+    partner = order.copy()
+    for a, b in zip(starts[:-1], starts[1:]):
+        partner[a:b] = rng.permutation(order[a:b])
+    a, b = image_index[order], image_index[partner]
+    keep = np.flatnonzero(a != b)
+    if at_most is not None and len(keep) > at_most:
+        keep = np.sort(rng.choice(keep, at_most, replace=False))
+    return a[keep], b[keep]
 
 
 def mined_pairs(x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray,
@@ -706,10 +739,11 @@ class LMSignClusterer(Clusterer):
         super().__init__(preset, **params)
         self.cfg = LMConfig(**self.params)
 
-    def features(self, corpus: Corpus, ctx: FitContext) -> tuple[np.ndarray, list[np.ndarray], bool]:
+    def features(self, corpus: Corpus, ctx: FitContext, fitted: tuple = ()) -> tuple[np.ndarray, list[np.ndarray], bool]:
         """The visual side: (x, texts, clean). x (n, D) is each token's feature with its hand
         removed, texts the token indices of each non-empty text, clean whether the corpus's sign
-        images recur exactly (then it has no pair model)."""
+        images recur exactly (then it has no pair model). ``fitted``: the labellings of earlier fits,
+        one encoder round each (``with_encoder``)."""
         cfg = self.cfg
         texts = [t for t in corpus.texts() if len(t)]
         text_index = np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1]
@@ -717,7 +751,7 @@ class LMSignClusterer(Clusterer):
         clean = len(images) <= cfg.clean_share * corpus.n_tokens
         feats = glyph_features(images, cfg, ctx.seed)
         if not clean and cfg.encoder_epochs:
-            feats = with_encoder(feats, images, cfg, ctx, (corpus.image_index(), texts, text_index))
+            feats = with_encoder(feats, images, cfg, ctx, (corpus.image_index(), texts, text_index), fitted)
         return text_centre(feats[corpus.image_index()], text_index, cfg.text_centring), texts, clean   # (n, D)
 
     def validate(self) -> None:
@@ -729,7 +763,18 @@ class LMSignClusterer(Clusterer):
         x, texts, clean = self.features(corpus, ctx)
         if clean:
             return self.cluster(x, texts, clean, corpus.image_index(), None, ctx, t0)
-        return self.select(x, texts, corpus.image_index(), ctx, t0)
+        rounds = self.cfg.self_rounds if self.cfg.encoder_epochs else 0      # no encoder: nothing to self-train
+        quiet = dataclasses.replace(ctx, log_metrics=None)                  # merge rounds: the last fit's only
+        result = self.select(x, texts, corpus.image_index(), quiet if rounds else ctx, t0)
+        fitted, ks = [], [result.info["k_found"]]
+        for r in range(rounds):                          # self-training: the encoder learns the types found
+            fitted.append(result.labels)
+            x, _, _ = self.features(corpus, ctx, tuple(fitted))
+            result = self.select(x, texts, corpus.image_index(), ctx if r == rounds - 1 else quiet, t0)
+            ks.append(result.info["k_found"])
+        if rounds:
+            result.info["self_training_k"] = ks
+        return result
 
     def select(self, x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray, ctx: FitContext,
                t0: float) -> ClusterResult:
