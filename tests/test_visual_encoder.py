@@ -293,6 +293,14 @@ def test_self_rounds_train_the_encoder_on_the_fitted_types_and_fit_again(monkeyp
     for i in (0, 1):
         a, b = L.type_pairs(fits[i].labels, corpus.image_index(), np.random.default_rng([0, i]), 1000)
         assert np.array_equal(last[1 + i][0], a) and np.array_equal(last[1 + i][1], b) and len(a) > 0
+    # a labelling whose types hold one image each gives no pairs: no round is trained on it
+    calls = len(rounds)
+    assert len(L.type_pairs(np.arange(len(corpus.image_index())), corpus.image_index(), np.random.default_rng(0))[0]) == 0
+    tokens = (corpus.image_index(), [t for t in corpus.texts() if len(t)],
+              np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1])
+    x = L.with_encoder(np.zeros((len(corpus.images), 3)), np.asarray(corpus.images), L.LMConfig(**kw), ctx,
+                       tokens, fitted=(np.arange(corpus.n_tokens),))
+    assert x.shape[0] == len(corpus.images) and max(len(r) for r in rounds[calls:]) == 1   # the mined round only
     # off by default: one fit and the info as before
     fits.clear()
     plain = get_clusterer("lm", **kw).fit(corpus, ctx)

@@ -267,7 +267,10 @@ def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitC
         rounds.append(pairs)
         x = joined(train_encoder(glyphs, ecfg, ctx.seed, ctx.device, ctx.progress, pairs=rounds))
     for i, z in enumerate(fitted if tokens is not None else ()):
-        rounds.append(type_pairs(z, tokens[0], np.random.default_rng([ctx.seed, i]), cfg.self_pairs))
+        pairs = type_pairs(z, tokens[0], np.random.default_rng([ctx.seed, i]), cfg.self_pairs)
+        if len(pairs[0]) < 8:                   # types of one image each: nothing to learn from
+            break
+        rounds.append(pairs)
         x = joined(train_encoder(glyphs, ecfg, ctx.seed, ctx.device, ctx.progress, pairs=rounds))
     return x
 
