@@ -34,10 +34,9 @@ import numpy as np
 from signclust.config import REPO_ROOT, load_params
 from signclust.errors import UserError, cli_main
 from signclust.io import atomic_path, atomic_write_text
-from signclust.tuning.study import OBJECTIVE_SCORES
+from signclust.tuning.study import LABEL_FREE
 
-# the label-free scores a tuning trial records (study.OBJECTIVE_SCORES less V itself), and their names here
-LABEL_FREE = tuple(o for o in OBJECTIVE_SCORES if o != "supervised")
+# the label-free scores a tuning trial records, as the target names them
 SCORE_WORDS = {"unsupervised": "U", "context": "controlled context evidence"}
 
 DEFAULTS = {
@@ -49,7 +48,7 @@ DEFAULTS = {
     "builtin": [],
     "context_ablation": "no_context",
     "rho_studies": [],
-    "rho_score": "context",     # the label-free score of the rho target: a key of tuning.study.OBJECTIVE_SCORES but V
+    "rho_score": "context",     # the label-free score of the rho target: one of tuning.study.LABEL_FREE
     "rho_note": [],             # lines printed under the targets: what the studies were made with, if not the current code
     "targets": {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2, "k_median_within": 0.1,
                 "free_v": 0.97, "context_cost": 0.05, "rho": 0.8},

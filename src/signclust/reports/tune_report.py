@@ -15,7 +15,7 @@ import numpy as np
 from signclust.config import REPO_ROOT
 from signclust.io import atomic_path, atomic_write_text, write_json
 from signclust.tuning.storage import redact
-from signclust.tuning.study import OBJECTIVE_SCORES, SCORE_KEYS, count_states
+from signclust.tuning.study import LABEL_FREE, OBJECTIVE_SCORES, SCORE_KEYS, count_states
 
 
 def _shown(path: Path) -> Path:
@@ -40,7 +40,7 @@ def agreement(study) -> dict:
             if "v_measure" in t.user_attrs]
     p = [t for t in done if "proxy" in t.user_attrs]
     out = {"proxy_vs_v": spearman([t.user_attrs["proxy"] for t in p], [t.user_attrs["v_measure"] for t in p])}
-    for name in ("unsupervised", "context"):                        # the label-free objectives
+    for name in LABEL_FREE:
         key = OBJECTIVE_SCORES[name]
         scored = [t for t in done if key in t.user_attrs]
         if name == "context" and not scored:

@@ -53,6 +53,7 @@ OBJECTIVES = ("supervised", "unsupervised", "context")
 METRIC_NAMES = {"supervised": "v_measure", "unsupervised": "label_free_U",             # study.set_metric_names
                 "context": "context_evidence"}
 OBJECTIVE_SCORES = {"supervised": "v_measure", "unsupervised": "unsupervised", "context": "context_evidence"}
+LABEL_FREE = tuple(o for o in OBJECTIVES if o != "supervised")     # the objectives that need no labels
 SCORE_KEYS = ("v_measure", "nmi", "ari", "acc", "k_found", "unsupervised", "heldout_ce", "hom_rel", "context_evidence",
               "seconds")
 
