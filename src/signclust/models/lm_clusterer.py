@@ -58,7 +58,7 @@ The visual side, all label-free and fitted per corpus:
   signs by one hand. The encoder then trains ``encoder_pair_rounds`` rounds on pairs mined from
   the features so far: within one text, mutual nearest neighbours that pass the ratio test, i.e.
   two writings of one sign by one hand, the corpus's own variation, which the encoder's
-  deformations do not model. With ``self_rounds`` (opt-in), the fit is then made again after
+  deformations do not model. With ``self_rounds`` (default 1), the fit is then made again after
   each further round on pairs of tokens of one fitted type, any two texts (self-training: the
   fragments that context joined across hands teach the encoder what one sign's forms share).
   Then each token minus its text's mean feature, shrunk by
@@ -116,10 +116,10 @@ class LMConfig:
     encoder_pair_epochs: int = config_field(30, int, min=1, doc="epochs of each round of mined pairs")
     encoder_pair_ratio: float = config_field(0.8, float, gt=0, max=1,
                                              doc="the ratio test of the mined pairs (as pair_ratios)")
-    self_rounds: int = config_field(0, int, min=0,
+    self_rounds: int = config_field(1, int, min=0,
                                     doc="noisy corpus: rounds of self-training after the fit: the encoder trains "
                                         "encoder_pair_epochs more on pairs of tokens of one fitted type (any two "
-                                        "texts), then the fit is made again (opt-in; README 'Methods')")
+                                        "texts), then the fit is made again (0: none; README 'The LM sign clusterer')")
     self_pairs: int = config_field(1000, int, min=1,
                                    doc="at most this many pairs in a round of self-training (a random subset)")
     # micro-clusters and the pair model
