@@ -218,7 +218,7 @@ def test_near_loose_keeps_apart_signs_with_fewer_tokens_than_graph_neighbours(ti
     joins two of the four signs (K 2 or 3); near_loose damps the vote by the small type's cohesion
     (these signs fill their slots: no vote) and finds the four. In 8 texts of 8 tokens a sign near
     finds the four too since the encoder trains 20 epochs (it found 3 with 10). Without self-training:
-    its round finds the four with near in 3 texts of 6 tokens a sign, which hides the vote's limit."""
+    with its round near no longer joins two signs in 3 texts of 6 tokens a sign, which hides the vote's limit."""
     corpus = tiny_corpus(n_types=4, per_type=per_type, n_texts=n_texts)
     near = fit(corpus, vote="near", self_rounds=0).k_found
     assert (near < 4) if near_lumps else (near == 4)
