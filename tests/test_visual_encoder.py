@@ -188,7 +188,8 @@ def test_lm_trains_the_encoder_only_on_a_noisy_corpus(monkeypatch, tiny_corpus, 
         calls.append((cfg.epochs, cfg.strength))
         return np.random.default_rng(seed).normal(size=(len(glyphs), 4)).astype(np.float32)
     monkeypatch.setattr("signclust.models.visual_encoder.train_encoder", fake)
-    get_clusterer("lm", encoder_epochs=epochs).fit(corpus, FitContext(seed=0, progress=False, device="cpu"))
+    # self_rounds 0: one fit, so one encoder training (the self-training round's own test is below)
+    get_clusterer("lm", encoder_epochs=epochs, self_rounds=0).fit(corpus, FitContext(seed=0, progress=False, device="cpu"))
     assert calls == ([(epochs, L.LMConfig().encoder_strength)] if expect else [])
 
 
@@ -241,7 +242,8 @@ def test_lm_mines_pairs_again_each_round(monkeypatch, tiny_corpus):
         assert cfg.pair_epochs == 7
         return np.random.default_rng(len(pairs)).normal(size=(len(glyphs), 4)).astype(np.float32)
     monkeypatch.setattr("signclust.models.visual_encoder.train_encoder", fake)
-    fit = get_clusterer("lm", encoder_epochs=2, encoder_pair_rounds=2, encoder_pair_epochs=7, encoder_pair_ratio=1.0)
+    fit = get_clusterer("lm", encoder_epochs=2, encoder_pair_rounds=2, encoder_pair_epochs=7, encoder_pair_ratio=1.0,
+                        self_rounds=0)                          # the mined rounds alone (self rounds: below)
     fit.fit(corpus, FitContext(seed=0, progress=False, device="cpu"))
     assert len(rounds) == 3 and rounds[0] == [] and len(rounds[1]) == 1 and len(rounds[2]) == 2
     assert rounds[2][0] == rounds[1][0] >= 8                     # the first round's pairs, then new ones
@@ -301,7 +303,10 @@ def test_self_rounds_train_the_encoder_on_the_fitted_types_and_fit_again(monkeyp
     x = L.with_encoder(np.zeros((len(corpus.images), 3)), np.asarray(corpus.images), L.LMConfig(**kw), ctx,
                        tokens, fitted=(np.arange(corpus.n_tokens),))
     assert x.shape[0] == len(corpus.images) and max(len(r) for r in rounds[calls:]) == 1   # the mined round only
-    # off by default: one fit and the info as before
+    # self_rounds 0: one fit and the info as before; the default (1): two fits
     fits.clear()
-    plain = get_clusterer("lm", **kw).fit(corpus, ctx)
+    plain = get_clusterer("lm", self_rounds=0, **kw).fit(corpus, ctx)
     assert len(fits) == 1 and "self_training_k" not in plain.info
+    fits.clear()
+    default = get_clusterer("lm", **kw).fit(corpus, ctx)
+    assert L.LMConfig().self_rounds == 1 and len(fits) == 2 and len(default.info["self_training_k"]) == 2
