@@ -116,6 +116,22 @@ def test_stroke_dilation_thickens_and_erosion_thins():
     assert thick.sum() > x.sum() and thin.sum() < x.sum()
 
 
+def test_stroke_equals_max_pooling_of_the_drawn_images():
+    """grey_dilate is 3 x 3 max-pooling computed another way: the same values, bit for bit, and
+    _stroke draws the same images to thicken and thin as the max-pool version it replaced."""
+    import torch.nn.functional as F
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.rand(64, 1, 13, 11, generator=gen) > 0.7) * torch.rand(64, 1, 13, 11, generator=gen)
+    assert torch.equal(_nets.grey_dilate(x), F.max_pool2d(x, 3, stride=1, padding=1))
+    assert torch.equal(-_nets.grey_dilate(-x), -F.max_pool2d(-x, 3, stride=1, padding=1))
+    for seed in range(3):
+        u = torch.rand(64, generator=torch.Generator().manual_seed(seed)).view(-1, 1, 1, 1)
+        thick, thin = F.max_pool2d(x, 3, stride=1, padding=1), -F.max_pool2d(-x, 3, stride=1, padding=1)
+        naive = torch.where((u >= 0.3) & (u < 0.6), thin, torch.where(u < 0.3, thick, x))
+        assert torch.equal(_nets._stroke(x, 0.3, 0.3, torch.Generator().manual_seed(seed)), naive)
+    assert torch.equal(_nets._stroke(x, 0.0, 0.0, gen), x)
+
+
 def test_pca_whiten_l2_rows_unit_norm():
     z = _nets.pca_whiten_l2(np.random.RandomState(0).rand(40, 12), 5)
     assert z.shape == (40, 5)

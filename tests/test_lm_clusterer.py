@@ -48,6 +48,36 @@ def test_context_counts_with_text_boundaries():
     assert right.tolist() == [[1, 0, 1], [1, 0, 1], [0, 1, 0]]
 
 
+def test_group_sums_equal_np_add_at_bit_for_bit():
+    rng = np.random.default_rng(1)
+    for n, k in ((1, 1), (50, 7), (3000, 300)):
+        x = (rng.normal(size=(n, 24)) * rng.uniform(0.01, 100)).astype(np.float32)
+        z = rng.integers(0, k, n)
+        want = np.zeros((k, 24))
+        np.add.at(want, z, x)
+        assert np.array_equal(L.group_sums(x, z, k), want)
+    assert L.group_sums(np.zeros((0, 3)), np.zeros(0, dtype=int), 2).tolist() == [[0, 0, 0], [0, 0, 0]]
+
+
+def test_context_counts_equal_the_naive_loop_over_texts():
+    """The vectorised counts against one np.add.at per text and side, texts of every length
+    (empty and one-token ones included), in any token order."""
+    def naive(z, texts, k, ref, k_ref):
+        left, right = np.zeros((k, k_ref + 1)), np.zeros((k, k_ref + 1))
+        for t in texts:
+            np.add.at(left, (z[t], np.r_[k_ref, ref[t][:-1]]), 1)
+            np.add.at(right, (z[t], np.r_[ref[t][1:], k_ref]), 1)
+        return left, right
+    rng = np.random.default_rng(0)
+    for trial in range(100):
+        n, k = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+        z = rng.integers(0, k, n)
+        texts = np.split(rng.permutation(n), np.sort(rng.integers(0, n + 1, int(rng.integers(0, 5)))))
+        got = L.context_counts(z, texts, k) if trial % 2 else L.context_counts(z, texts, k, z % 2, 2)
+        want = naive(z, texts, k, z, k) if trial % 2 else naive(z, texts, k, z % 2, 2)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
 def test_lm_gain_equals_the_naive_bayes_factor():
     rng = np.random.default_rng(0)
     left, right = rng.integers(0, 4, (5, 6)).astype(float), rng.integers(0, 4, (5, 6)).astype(float)
@@ -876,7 +906,7 @@ def test_fit_keeps_the_ratio_whose_types_have_the_highest_evidence(monkeypatch):
     corpus = free_variation_corpus(n_texts=4, length=6)
     x = np.random.default_rng(0).normal(size=(corpus.n_tokens, 3))
     texts = [t for t in corpus.texts() if len(t)]
-    monkeypatch.setattr(L.LMSignClusterer, "features", lambda self, c, ctx: (x, texts, False))
+    monkeypatch.setattr(L.LMSignClusterer, "features", lambda self, c, ctx, **kw: (x, texts, False))
     tried = []
     monkeypatch.setattr(L, "corpus_pair_model", lambda x_, t_, ratio, seed: tried.append(ratio) or ratio)
 

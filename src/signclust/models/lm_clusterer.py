@@ -305,15 +305,21 @@ def mined_pairs(x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray,
     return a[keep], b[keep]
 
 
+def group_sums(x: np.ndarray, z: np.ndarray, k: int) -> np.ndarray:
+    """(k, D) float64 sum of the rows x (n, D) of each group z (n,) in 0..k-1. The same sums as
+    ``np.add.at`` (each group's rows added in index order, in float64) by one sparse product,
+    many times faster (benchmarks/bench_exact_speedups.py)."""
+    members = sparse.csr_matrix((np.ones(len(z)), (z, np.arange(len(z)))), shape=(k, len(z)))    # (k, n)
+    return np.asarray(members @ x.astype(np.float64))
+
+
 def text_centre(x: np.ndarray, text_index: np.ndarray, kappa: float) -> np.ndarray:
     """Remove each text's mean feature (its hand), shrunk by n_t / (n_t + kappa) towards none:
     a text of 2 tokens says little about its hand, one of 50 a lot."""
     if kappa <= 0:
         return x
     n_t = np.bincount(text_index).astype(np.float64)
-    means = np.zeros((len(n_t), x.shape[1]))
-    np.add.at(means, text_index, x)
-    means /= np.maximum(n_t, 1)[:, None]
+    means = group_sums(x, text_index, len(n_t)) / np.maximum(n_t, 1)[:, None]
     shrink = (n_t / (n_t + kappa))[:, None]
     return (x - shrink[text_index] * (means[text_index] - x.mean(0))).astype(np.float32)
 
@@ -447,12 +453,17 @@ def context_counts(z: np.ndarray, texts: list[np.ndarray], k: int, ref: np.ndarr
     one. Context symbols are the types themselves, or ``ref`` (a fixed coarser partition) when
     given. Column k_ref is the text boundary (BOS on the left, EOS on the right)."""
     ref, k_ref = (z, k) if ref is None else (ref, k_ref)
-    left, right = np.zeros((k, k_ref + 1)), np.zeros((k, k_ref + 1))
-    for t in texts:
-        zt, rt = z[t], ref[t]
-        np.add.at(left, (zt, np.r_[k_ref, rt[:-1]]), 1)
-        np.add.at(right, (zt, np.r_[rt[1:], k_ref]), 1)
-    return left, right
+    tokens = np.concatenate([np.asarray(t, dtype=np.int64) for t in texts] or [np.zeros(0, np.int64)])
+    lens = np.array([len(t) for t in texts], dtype=np.int64)
+    ends = np.cumsum(lens)[lens > 0]                                  # non-empty texts' ends in tokens
+    starts = ends - lens[lens > 0]
+    prev, nxt = np.roll(ref[tokens], 1), np.roll(ref[tokens], -1)   # each token's neighbours in the text
+    prev[starts], nxt[ends - 1] = k_ref, k_ref                        # across a text's edge: the boundary
+    rows = z[tokens] * (k_ref + 1)
+
+    def counts(cols: np.ndarray) -> np.ndarray:                       # integer counts: exact in any order
+        return np.bincount(rows + cols, minlength=k * (k_ref + 1)).reshape(k, k_ref + 1).astype(np.float64)
+    return counts(prev), counts(nxt)
 
 
 def log_dm(counts: np.ndarray, alpha: np.ndarray) -> np.ndarray:
@@ -493,9 +504,7 @@ def neighbour_evidence(z: np.ndarray, texts: list[np.ndarray], symbols: np.ndarr
 def hom_gain(x: np.ndarray, z: np.ndarray, k: int, pair: PairModel, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """dL_hom: the pair model's log-odds at the RMS distance between the two types' tokens."""
     size = np.bincount(z, minlength=k).astype(np.float64)
-    cen = np.zeros((k, x.shape[1]))
-    np.add.at(cen, z, x)
-    cen /= size[:, None]
+    cen = group_sums(x, z, k) / size[:, None]
     sq = np.bincount(z, weights=(x.astype(np.float64) ** 2).sum(1), minlength=k) / size
     rms = np.sqrt(np.maximum(sq[u] + sq[v] - 2 * (cen[u] * cen[v]).sum(1), 0.0))
     return pair.log_odds(rms)
@@ -742,17 +751,19 @@ class LMSignClusterer(Clusterer):
         super().__init__(preset, **params)
         self.cfg = LMConfig(**self.params)
 
-    def features(self, corpus: Corpus, ctx: FitContext, fitted: tuple = ()) -> tuple[np.ndarray, list[np.ndarray], bool]:
+    def features(self, corpus: Corpus, ctx: FitContext, fitted: tuple = (),
+                 glyph_feats: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray], bool]:
         """The visual side: (x, texts, clean). x (n, D) is each token's feature with its hand
         removed, texts the token indices of each non-empty text, clean whether the corpus's sign
         images recur exactly (then it has no pair model). ``fitted``: the labellings of earlier fits,
-        one encoder round each (``with_encoder``)."""
+        one encoder round each (``with_encoder``). ``glyph_feats``: the distinct images'
+        ``glyph_features`` when already computed (``fit``'s self rounds: they do not change)."""
         cfg = self.cfg
         texts = [t for t in corpus.texts() if len(t)]
         text_index = np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1]
         images = np.asarray(corpus.images)                                                 # distinct images
         clean = len(images) <= cfg.clean_share * corpus.n_tokens
-        feats = glyph_features(images, cfg, ctx.seed)
+        feats = glyph_features(images, cfg, ctx.seed) if glyph_feats is None else glyph_feats
         if not clean and cfg.encoder_epochs:
             feats = with_encoder(feats, images, cfg, ctx, (corpus.image_index(), texts, text_index), fitted)
         return text_centre(feats[corpus.image_index()], text_index, cfg.text_centring), texts, clean   # (n, D)
@@ -763,7 +774,8 @@ class LMSignClusterer(Clusterer):
 
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         t0 = time.time()
-        x, texts, clean = self.features(corpus, ctx)
+        glyph_feats = glyph_features(np.asarray(corpus.images), self.cfg, ctx.seed)    # (m, D), every round's
+        x, texts, clean = self.features(corpus, ctx, glyph_feats=glyph_feats)
         if clean:
             return self.cluster(x, texts, clean, corpus.image_index(), None, ctx, t0)
         rounds = self.cfg.self_rounds if self.cfg.encoder_epochs else 0      # no encoder: nothing to self-train
@@ -772,7 +784,7 @@ class LMSignClusterer(Clusterer):
         fitted, ks = [], [result.info["k_found"]]
         for r in range(rounds):                          # self-training: the encoder learns the types found
             fitted.append(result.labels)
-            x, _, _ = self.features(corpus, ctx, tuple(fitted))
+            x, _, _ = self.features(corpus, ctx, tuple(fitted), glyph_feats)
             result = self.select(x, texts, corpus.image_index(), ctx if r == rounds - 1 else quiet, t0)
             ks.append(result.info["k_found"])
         if rounds:
@@ -865,9 +877,7 @@ class LMSignClusterer(Clusterer):
             left, right = context_counts(z, texts, k)                                      # (k, k+1)
             alpha = context_prior(z, len(texts), k, cfg.context_beta)
             size = np.bincount(z, minlength=k).astype(np.float64)
-            cen = np.zeros((k, x.shape[1]))
-            np.add.at(cen, z, x)
-            cen /= size[:, None]
+            cen = group_sums(x, z, k) / size[:, None]                                     # (k, D)
             u, v, rank, ratio = candidate_pairs(cen, left, right, cfg.candidates, by_context=pair is None)
             prior = cfg.w_dup * dup_prior(rank, cfg.rank_c0)
             visual = prior

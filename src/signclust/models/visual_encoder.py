@@ -55,8 +55,8 @@ def elastic(x: torch.Tensor, alpha: float, gen: torch.Generator, grid: int = 4) 
     n, _, h, w = x.shape
     coarse = torch.randn(n, 2, grid, grid, generator=gen) * alpha / h * 2
     flow = F.interpolate(coarse, size=(h, w), mode="bicubic", align_corners=False).permute(0, 2, 3, 1)
-    base = F.affine_grid(torch.eye(2, 3).expand(n, 2, 3), (n, 1, h, w), align_corners=False)
-    return F.grid_sample(x, base + flow.to(x.device), align_corners=False)
+    base = F.affine_grid(torch.eye(2, 3).unsqueeze(0), (1, 1, h, w), align_corners=False)   # (1, H, W, 2), every image's
+    return F.grid_sample(x, (base + flow).to(x.device), align_corners=False)
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
