@@ -56,8 +56,8 @@ def fit_keeping_features(clusterer, corpus: Corpus, seed: int):
     that fit: the fit's own features, not a second encoder run."""
     features, kept = clusterer.features, {}
 
-    def keep_features(c, ctx):
-        kept["f"] = features(c, ctx)
+    def keep_features(c, ctx, *args, **kwargs):        # the last call: the fit's last round
+        kept["f"] = features(c, ctx, *args, **kwargs)
         return kept["f"]
 
     clusterer.features = keep_features

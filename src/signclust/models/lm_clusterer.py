@@ -429,10 +429,12 @@ def corpus_pair_model(x: np.ndarray, texts: list[np.ndarray], ratio: float, seed
 
 
 def micro_clusters(x: np.ndarray, image_index: np.ndarray, clean: bool, pair: PairModel | None,
-                   cfg: LMConfig, seed: int) -> np.ndarray:
+                   cfg: LMConfig, seed: int, tree: np.ndarray | None = None) -> np.ndarray:
     """The starting partition: distinct images (clean corpus), else average linkage cut where the
     pair model's odds are even (k-means with n/8 clusters above max_linkage_tokens); at most
-    ``max_types`` clusters either way (k-means of the visual features beyond that)."""
+    ``max_types`` clusters either way (k-means of the visual features beyond that). ``tree``: the
+    average-linkage tree of x when already built (``LMSignClusterer.graph``: every pair model cuts
+    the same tree, at its own height)."""
     from signclust.models.baselines._nets import faiss_kmeans
     if clean or pair is None:
         z = np.unique(image_index, return_inverse=True)[1]
@@ -440,7 +442,7 @@ def micro_clusters(x: np.ndarray, image_index: np.ndarray, clean: bool, pair: Pa
         z = faiss_kmeans(x, min(cfg.max_types, max(2, len(x) // 8)), seed=seed, niter=20)[0]
     else:
         from scipy.cluster.hierarchy import fcluster, linkage
-        z = fcluster(linkage(x, "average"), pair.even_odds, "distance") - 1
+        z = fcluster(linkage(x, "average") if tree is None else tree, pair.even_odds, "distance") - 1
     if z.max() + 1 > cfg.max_types:
         z = faiss_kmeans(x, cfg.max_types, seed=seed, niter=20)[0]
     return z
@@ -826,16 +828,19 @@ class LMSignClusterer(Clusterer):
                                   quiet, time.time(), graph)
             yield ratio, result, neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)
 
-    def graph(self, x: np.ndarray, seed: int) -> tuple[tuple, np.ndarray | None]:
-        """What the merges of a noisy corpus read besides the types, the same for every pair model:
-        the token kNN graph's edges (i, j, d) and the coarse context symbols (None when off)."""
+    def graph(self, x: np.ndarray, seed: int) -> tuple[tuple, np.ndarray | None, np.ndarray | None]:
+        """What a noisy corpus's fit reads besides the types, the same for every pair model: the
+        token kNN graph's edges (i, j, d), the coarse context symbols (None when off) and the
+        average-linkage tree that ``micro_clusters`` cuts (None above max_linkage_tokens)."""
+        from scipy.cluster.hierarchy import linkage
         from sklearn.neighbors import NearestNeighbors
         cfg = self.cfg
         kn = min(cfg.candidates, len(x) - 1)
         dist, nb = NearestNeighbors(n_neighbors=kn + 1).fit(x).kneighbors(x)
         edges = (np.repeat(np.arange(len(x)), kn), nb[:, 1:].ravel(), dist[:, 1:].ravel())
         coarse = coarse_symbols(x, cfg.coarse_contexts, cfg.max_linkage_tokens, seed) if cfg.coarse_contexts else None
-        return edges, coarse
+        tree = linkage(x, "average") if len(x) <= cfg.max_linkage_tokens else None
+        return edges, coarse, tree
 
     def cluster(self, x: np.ndarray, texts: list[np.ndarray], clean: bool, image_index: np.ndarray,
                 pair: PairModel | None, ctx: FitContext, t0: float | None = None,
@@ -845,11 +850,11 @@ class LMSignClusterer(Clusterer):
         candidate pair model and the ``graph`` they share (unused without a pair model); a diagnosis
         may pass another model (scripts/pair_model_calibration.py passes the true pairs' fit)."""
         cfg, t0 = self.cfg, time.time() if t0 is None else t0
-        z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed)
-        k0 = int(z.max()) + 1
-        coarse = None
+        coarse = tree = None
         if pair is not None:
-            self.edges, coarse = graph if graph is not None else self.graph(x, ctx.seed)
+            self.edges, coarse, tree = graph if graph is not None else self.graph(x, ctx.seed)
+        z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed, tree)
+        k0 = int(z.max()) + 1
         setup_s = time.time() - t0
         history = []
         for refit in range(cfg.refits + 1 if pair is not None else 1):    # no pair model: nothing to refit
