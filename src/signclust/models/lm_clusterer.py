@@ -459,7 +459,8 @@ def context_counts(z: np.ndarray, texts: list[np.ndarray], k: int, ref: np.ndarr
     lens = np.array([len(t) for t in texts], dtype=np.int64)
     ends = np.cumsum(lens)[lens > 0]                                  # non-empty texts' ends in tokens
     starts = ends - lens[lens > 0]
-    prev, nxt = np.roll(ref[tokens], 1), np.roll(ref[tokens], -1)   # each token's neighbours in the text
+    symbols = ref[tokens]
+    prev, nxt = np.roll(symbols, 1), np.roll(symbols, -1)           # each token's neighbours in the text
     prev[starts], nxt[ends - 1] = k_ref, k_ref                        # across a text's edge: the boundary
     rows = z[tokens] * (k_ref + 1)
 
