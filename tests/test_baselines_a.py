@@ -132,6 +132,53 @@ def test_stroke_equals_max_pooling_of_the_drawn_images():
     assert torch.equal(_nets._stroke(x, 0.0, 0.0, gen), x)
 
 
+@pytest.mark.parametrize("shape, side", [((4, 8, 6, 6), 2), ((4, 8, 6, 6), 3), ((3, 5, 5, 5), 2),
+                                         ((2, 3, 7, 6), 3), ((2, 3, 4, 9), 4), ((2, 3, 6, 6), 1)])
+def test_grid_means_are_adaptive_pooling_forward_and_backward(shape, side):
+    """GlyphCNN's pooling on CUDA (deterministic kernels) computes adaptive pooling's numbers, equal
+    cells and unequal, overlapping ones alike, with the same gradient."""
+    import torch.nn.functional as F
+    x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ref, got = F.adaptive_avg_pool2d(a, side), _nets.grid_means(b, side)
+    g = torch.randn(ref.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    ref.backward(g)
+    got.backward(g)
+    assert got.shape == ref.shape
+    assert torch.allclose(got, ref, rtol=0, atol=1e-12) and torch.allclose(b.grad, a.grad, rtol=0, atol=1e-12)
+
+
+def test_deterministic_cuda_fixes_cudnn_cublas_and_torch_algorithms(monkeypatch):
+    """What a CUDA device turns on (config.torch_device): run on the CPU, then put back."""
+    from signclust.config import deterministic_cuda
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
+             torch.backends.cudnn.deterministic)
+    try:
+        deterministic_cuda()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        import os
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(saved[0])
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[1], saved[2]
+
+
+def test_cuda_when_present_comes_with_deterministic_kernels_and_cpu_without(monkeypatch):
+    from signclust import config
+    calls = []
+    monkeypatch.setattr(config, "deterministic_cuda", lambda: calls.append(1))
+    assert config.torch_device("cpu").type == "cpu" and calls == []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert config.torch_device("auto").type == "cpu" and calls == []
+    with pytest.raises(UserError, match="CUDA is not available"):
+        config.torch_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)     # a GPU machine, as seen from here
+    assert config.torch_device("auto").type == "cuda" and calls == [1]
+    assert config.torch_device("cuda:0") == torch.device("cuda:0") and calls == [1, 1]
+
+
 def test_pca_whiten_l2_rows_unit_norm():
     z = _nets.pca_whiten_l2(np.random.RandomState(0).rand(40, 12), 5)
     assert z.shape == (40, 5)

@@ -131,10 +131,28 @@ def numeric_platform() -> dict:
 
 
 def torch_device(requested: str = "auto"):
-    """CUDA when present (or asked for), CPU otherwise."""
+    """CUDA when present (or asked for), CPU otherwise. A CUDA device comes with deterministic
+    kernels (``deterministic_cuda``), so that the same params and seed give the same fit there too."""
     import torch
     if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("device 'cuda' requested but CUDA is not available")
-    return torch.device(requested)
+    device = torch.device(requested)
+    if device.type == "cuda":
+        deterministic_cuda()
+    return device
+
+
+def deterministic_cuda() -> None:
+    """Make this process's CUDA kernels deterministic. Left alone, cuDNN picks its convolution
+    algorithms per process and some backward kernels add with atomics in whatever order threads
+    finish: an ``lm`` fit of latin_hands at seed 0 found K 41 in one process and 36 in the next on an
+    H100 (benchmarks/device_check.py). An operation without a deterministic CUDA kernel then raises
+    instead of drifting. The CPU needs none of this: its kernels are deterministic already."""
+    import torch
+    # cuBLAS reads its workspace size when a handle is made: fixed, its reductions keep their order
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True)

@@ -91,7 +91,29 @@ class GlyphCNN(nn.Module):
         self.image_size = image_size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.flatten(self.pool(self.trunk(x)), 1))
+        h = self.trunk(x)                                  # (n, C, H', W')
+        # adaptive pooling's CUDA backward adds with atomics and has no deterministic kernel
+        # (config.deterministic_cuda); the CPU keeps it, whose last bits the committed fits were made with
+        h = grid_means(h, self.pool.output_size) if h.is_cuda else self.pool(h)
+        return self.fc(torch.flatten(h, 1))                # (n, feat_dim)
+
+
+def grid_means(h: torch.Tensor, side: int) -> torch.Tensor:
+    """(n, C, H, W) -> (n, C, side, side): ``adaptive_avg_pool2d``'s means (to float rounding) by
+    operations whose backward is deterministic on CUDA. Equal cells (H and W multiples of ``side``,
+    as a 48 px glyph's 6 x 6 map is) are a fixed-window average pool; otherwise two products with
+    averaging matrices, cell i of an axis of length L spanning [floor(i L / side), ceil((i + 1) L / side))
+    as in adaptive pooling."""
+    if h.shape[-2] % side == 0 and h.shape[-1] % side == 0:
+        return F.avg_pool2d(h, (h.shape[-2] // side, h.shape[-1] // side))
+
+    def averaging(length: int) -> torch.Tensor:                  # (side, length), rows sum to 1
+        m = torch.zeros(side, length, dtype=h.dtype, device=h.device)
+        for i in range(side):
+            lo, hi = (i * length) // side, -((-(i + 1) * length) // side)
+            m[i, lo:hi] = 1.0 / (hi - lo)
+        return m
+    return torch.einsum("nchw,ih,jw->ncij", h, averaging(h.shape[-2]), averaging(h.shape[-1]))
 
 
 def mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
