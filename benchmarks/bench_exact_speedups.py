@@ -10,7 +10,11 @@ against the code it replaced, timed in the same run on the same inputs:
 - context counts (``lm_clusterer.context_counts``, every merge round): one ``np.bincount`` over all
   texts, against one ``np.add.at`` per text and side;
 - type sums (``lm_clusterer.group_sums``: centroids in every merge round, ``hom_gain``, ``text_centre``):
-  one sparse product, against ``np.add.at`` into a float64 array.
+  one sparse product, against ``np.add.at`` into a float64 array;
+- within-text evidence (``lm_clusterer.within_text_evidence``, every merge round with a pair model,
+  ``same_text: tokens``): the texts' token pairs and their log-odds made once a merge pass
+  (``text_pairs``), then one gather and one sparse matrix a round, against a distance matrix, the
+  log-odds and the counts of every text, every round.
 
 For each it prints ms per call, the speed-up and whether the outputs are equal bit for bit (they
 must be: the committed fits were made with the old code, and these changes keep them).
@@ -51,6 +55,30 @@ def group_sums_reference(x, z, k):
     return out
 
 
+def within_text_evidence_reference(x, z, k, texts, pair, count):
+    """``lm_clusterer.within_text_evidence`` as it was: one distance matrix per text and round."""
+    from scipy import sparse
+    from scipy.spatial.distance import cdist
+    rows, cols, vals = [], [], []
+    for t in texts:
+        if len(t) < 2:
+            continue
+        lo = pair.log_odds(cdist(x[t], x[t]))
+        zt = z[t]
+        iu = np.triu_indices(len(t), 1)
+        a, b = zt[iu[0]], zt[iu[1]]
+        keep = a != b
+        lo = lo[iu]
+        if count == "tokens":
+            _, where, n_in_text = np.unique(zt, return_inverse=True, return_counts=True)
+            n_in_text = n_in_text[where.ravel()]
+            lo = lo / np.maximum(n_in_text[iu[0]], n_in_text[iu[1]])
+        rows.append(np.minimum(a, b)[keep])
+        cols.append(np.maximum(a, b)[keep])
+        vals.append(lo[keep])
+    return sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(k, k))
+
+
 def timed(fn, repeats: int):
     """(ms per call after one warm-up call, the last output)."""
     out = fn()
@@ -63,6 +91,8 @@ def timed(fn, repeats: int):
 def equal(a, b) -> bool:
     if isinstance(a, tuple):
         return all(equal(p, q) for p, q in zip(a, b))
+    if hasattr(a, "tocsr"):                              # a sparse matrix: its stored arrays
+        return equal((a.indptr, a.indices, a.data), (b.indptr, b.indices, b.data)) and a.shape == b.shape
     return bool(torch.equal(a, b)) if isinstance(a, torch.Tensor) else bool(np.array_equal(a, b))
 
 
@@ -73,7 +103,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=32, help="glyph side in pixels")
     ap.add_argument("--tokens", type=int, default=3000)
     ap.add_argument("--types", type=int, default=300)
-    ap.add_argument("--text-length", type=int, default=30)
+    ap.add_argument("--text-length", type=int, default=30, help="tokens per text (cypriot's inscriptions: 10 or fewer)")
     ap.add_argument("--dim", type=int, default=96, help="feature size of the type sums")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -83,6 +113,8 @@ def main() -> None:
     z = rng.integers(0, args.types, args.tokens)
     texts = np.split(np.arange(args.tokens), np.arange(args.text_length, args.tokens, args.text_length))
     x = rng.normal(size=(args.tokens, args.dim)).astype(np.float32)
+    pair = L.PairModel(a=1.0, b=0.5, n_positive=10)
+    kept = L.text_pairs(x, texts, pair)
     cases = [
         (f"stroke width, {args.batch} views of {args.size} px",
          lambda: stroke_reference(views, 0.3, 0.3, torch.Generator().manual_seed(1)),
@@ -93,6 +125,9 @@ def main() -> None:
         (f"type sums, {args.tokens} x {args.dim} into {args.types}",
          lambda: group_sums_reference(x, z, args.types),
          lambda: L.group_sums(x, z, args.types)),
+        (f"within-text evidence, {len(texts)} texts of {args.text_length} tokens",
+         lambda: within_text_evidence_reference(x, z, args.types, texts, pair, "tokens"),
+         lambda: L.within_text_evidence(x, z, args.types, texts, pair, "tokens", kept)),
     ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} timed calls each")
     for name, ref, new in cases:

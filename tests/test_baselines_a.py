@@ -165,6 +165,27 @@ def test_deterministic_cuda_fixes_cudnn_cublas_and_torch_algorithms(monkeypatch)
         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[1], saved[2]
 
 
+def test_an_api_fit_puts_the_callers_torch_switches_back(monkeypatch, tiny):
+    """A fit on CUDA turns deterministic kernels on (simulated here: kmeans' fit calls
+    deterministic_cuda); the Python API fits in the caller's process and puts the switches back."""
+    from signclust import SignClusterer
+    from signclust.config import deterministic_cuda
+    real_fit = KMeansPixels.fit
+
+    def fit_on_cuda(self, corpus, ctx):
+        deterministic_cuda()
+        assert torch.are_deterministic_algorithms_enabled()
+        return real_fit(self, corpus, ctx)
+    monkeypatch.setattr(KMeansPixels, "fit", fit_on_cuda)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
+              torch.backends.cudnn.deterministic)
+    model = SignClusterer("kmeans", config=None, n_clusters=4).fit(
+        tiny.token_images(), tiny.tokens["text_id"].to_numpy(), tiny.tokens["position"].to_numpy())
+    assert model.n_types_ == 4
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
+            torch.backends.cudnn.deterministic) == before == (False, False, False)
+
+
 def test_cuda_when_present_comes_with_deterministic_kernels_and_cpu_without(monkeypatch):
     from signclust import config
     calls = []

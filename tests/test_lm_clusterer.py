@@ -177,6 +177,36 @@ def test_within_text_evidence_counting_tokens_against_a_loop():
         L.within_text_evidence(x, z, 4, texts, pair, count="all")
 
 
+@pytest.mark.parametrize("count", ["pairs", "tokens"])
+def test_text_pairs_kept_across_labellings_give_the_same_evidence(count):
+    """A merge pass makes the texts' pairs once (text_pairs) and relabels them every round: bit for
+    bit the evidence computed afresh, and a per-text loop's up to float rounding, for every labelling."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(40, 3))
+    texts = np.split(rng.permutation(40), [1, 4, 12, 13, 25])          # lengths 1, 3, 8, 1, 12, 15
+    pair = L.PairModel(a=0.7, b=0.4, n_positive=10)
+    kept = L.text_pairs(x, texts, pair)
+    assert len(kept.i) == sum(len(t) * (len(t) - 1) // 2 for t in texts)
+    for k in (2, 5, 9):
+        z = rng.integers(0, k, 40)
+        got = L.within_text_evidence(x, z, k, texts, pair, count, kept)
+        fresh = L.within_text_evidence(x, z, k, texts, pair, count)
+        assert np.array_equal(got.indptr, fresh.indptr) and np.array_equal(got.indices, fresh.indices)
+        assert np.array_equal(got.data, fresh.data)
+        naive = np.zeros((k, k))
+        for t in texts:
+            n = np.bincount(z[t], minlength=k)
+            for i in t:
+                for j in t:
+                    if i < j and z[i] != z[j]:
+                        a, b = sorted((z[i], z[j]))
+                        w = max(n[a], n[b]) if count == "tokens" else 1
+                        naive[a, b] += (0.7 - 0.4 * np.linalg.norm(x[i] - x[j])) / w
+        assert np.allclose(got.toarray(), naive)
+    empty = L.text_pairs(x, [np.array([0]), np.array([1])], pair)
+    assert L.within_text_evidence(x, np.zeros(40, int), 2, texts[:1], pair, count, empty).nnz == 0
+
+
 def test_nearest_link_is_the_smallest_edge_between_two_types():
     i = np.array([0, 0, 1, 2, 3, 3])
     j = np.array([1, 2, 3, 3, 0, 1])

@@ -167,6 +167,7 @@ class SignClusterer:
         and the gold labels ``y`` are optional and only used by ``inventory_``/``score``."""
         import time
 
+        from signclust.config import torch_switches_kept
         from signclust.models.base import FitContext, get_clusterer
         method, cfg, preset, source = resolve_config(self.method, self.config, self.params)
         corpus = make_corpus(images, text_ids, positions, hands, y)
@@ -177,7 +178,8 @@ class SignClusterer:
         ctx = FitContext(seed=int(self.seed), n_clusters=int(k) if model.needs_k else None, device=self.device,
                          progress=bool(self.progress))
         t0 = time.time()
-        result = model.fit(corpus, ctx)
+        with torch_switches_kept():                 # a fit on CUDA turns deterministic kernels on
+            result = model.fit(corpus, ctx)
         self._set_result(method, preset, _full_params(model), source, corpus, result, time.time() - t0)
         return self
 

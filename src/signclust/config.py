@@ -156,3 +156,22 @@ def deterministic_cuda() -> None:
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True)
+
+
+@contextlib.contextmanager
+def torch_switches_kept():
+    """Put torch's determinism switches back as they were when the block ends. A stage is a process
+    of its own; the Python API fits inside the caller's process, whose own torch code must not find
+    deterministic algorithms turned on by a fit on CUDA (``deterministic_cuda``)."""
+    import sys
+    torch = sys.modules.get("torch")       # not imported yet: torch's defaults are what to restore
+    saved = ((torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+             if torch is not None else (False, False, False, False))
+    try:
+        yield
+    finally:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+            torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[2], saved[3]

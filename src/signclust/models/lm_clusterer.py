@@ -513,8 +513,30 @@ def hom_gain(x: np.ndarray, z: np.ndarray, k: int, pair: PairModel, u: np.ndarra
     return pair.log_odds(rms)
 
 
+@dataclass(frozen=True)
+class TextPairs:
+    """Every pair of tokens i < j of one text, texts in order, with the pair model's log-odds: what
+    ``within_text_evidence`` sums. Fixed while only the labelling changes, so a merge pass makes
+    it once, not once a round."""
+    i: np.ndarray          # (P,) the pair's first token
+    j: np.ndarray          # (P,) its second token, later in the same text
+    text: np.ndarray       # (P,) the text's index in ``texts``
+    log_odds: np.ndarray   # (P,) pair.log_odds of the two tokens' distance
+
+
+def text_pairs(x: np.ndarray, texts: list[np.ndarray], pair: PairModel) -> TextPairs:
+    from scipy.spatial.distance import cdist
+    parts = [(np.zeros(0, dtype=np.int64),) * 3 + (np.zeros(0),)]
+    for n, t in enumerate(texts):
+        if len(t) < 2:
+            continue
+        iu = np.triu_indices(len(t), 1)
+        parts.append((t[iu[0]], t[iu[1]], np.full(len(iu[0]), n), pair.log_odds(cdist(x[t], x[t]))[iu]))
+    return TextPairs(*(np.concatenate(p) for p in zip(*parts)))
+
+
 def within_text_evidence(x: np.ndarray, z: np.ndarray, k: int, texts: list[np.ndarray],
-                         pair: PairModel, count: str = "pairs") -> sparse.csr_matrix:
+                         pair: PairModel, count: str = "pairs", pairs: TextPairs | None = None) -> sparse.csr_matrix:
     """(k, k) sum over texts of the pair model's log-odds between the tokens of type u and the
     tokens of type v *in the same text*. One text is one hand, so this compares like with like:
     two different signs that share texts look different there; the fragments of one sign split
@@ -525,30 +547,23 @@ def within_text_evidence(x: np.ndarray, z: np.ndarray, k: int, texts: list[np.nd
     counts once: its pairs with the m tokens of the other type are one comparison (one token
     against one sign as one hand writes it), not m independent ones. Summed over pairs, one
     distorted token in a text holding ten copies of its sign weighs ten times its odds against
-    the merge, and a handwriting corpus keeps such tokens as types of their own."""
-    from scipy.spatial.distance import cdist
+    the merge, and a handwriting corpus keeps such tokens as types of their own.
+
+    ``pairs``: ``text_pairs(x, texts, pair)``, when the caller keeps it across labellings."""
     if count not in ("pairs", "tokens"):
         raise ValueError(f"within_text_evidence: count {count!r} is not one of pairs, tokens")
-    rows, cols, vals = [], [], []
-    for t in texts:
-        if len(t) < 2:
-            continue
-        lo = pair.log_odds(cdist(x[t], x[t]))
-        zt = z[t]
-        iu = np.triu_indices(len(t), 1)
-        a, b = zt[iu[0]], zt[iu[1]]
-        keep = a != b
-        lo = lo[iu]
-        if count == "tokens":
-            _, where, n_in_text = np.unique(zt, return_inverse=True, return_counts=True)
-            n_in_text = n_in_text[where.ravel()]                      # (len(t),) tokens of its type in t
-            lo = lo / np.maximum(n_in_text[iu[0]], n_in_text[iu[1]])
-        rows.append(np.minimum(a, b)[keep])
-        cols.append(np.maximum(a, b)[keep])
-        vals.append(lo[keep])
-    if not rows:
+    pairs = text_pairs(x, texts, pair) if pairs is None else pairs
+    if not len(pairs.i):
         return sparse.csr_matrix((k, k))
-    return sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(k, k))
+    a, b = z[pairs.i], z[pairs.j]
+    keep = a != b
+    lo = pairs.log_odds
+    if count == "tokens":
+        in_text = np.concatenate(texts)
+        text_of = np.repeat(np.arange(len(texts)), [len(t) for t in texts])
+        n_in_text = np.bincount(text_of * k + z[in_text], minlength=len(texts) * k)   # (T * k,) tokens of a type in a text
+        lo = lo / np.maximum(n_in_text[pairs.text * k + a], n_in_text[pairs.text * k + b])
+    return sparse.csr_matrix((lo[keep], (np.minimum(a, b)[keep], np.maximum(a, b)[keep])), shape=(k, k))
 
 
 def nearest_link(edges: tuple[np.ndarray, np.ndarray, np.ndarray], z: np.ndarray, k: int) -> sparse.csr_matrix:
@@ -875,6 +890,7 @@ class LMSignClusterer(Clusterer):
 
     def _merge(self, z, x, texts, pair, coarse, history, ctx):
         cfg = self.cfg
+        pairs = text_pairs(x, texts, pair) if pair is not None else None     # the same in every round
         for rnd in range(cfg.max_rounds):
             z = np.unique(z, return_inverse=True)[1]
             k = int(z.max()) + 1
@@ -890,7 +906,7 @@ class LMSignClusterer(Clusterer):
             if pair is None:
                 visual = visual + cfg.match_bonus * (ratio < cfg.match_ratio)
             else:
-                same_hand = np.asarray(within_text_evidence(x, z, k, texts, pair, cfg.same_text)[u, v]).ravel()
+                same_hand = np.asarray(within_text_evidence(x, z, k, texts, pair, cfg.same_text, pairs)[u, v]).ravel()
                 link = np.asarray(nearest_link(self.edges, z, k)[u, v]).ravel()
                 d_min = 1.0 / np.maximum(link, 1e-12) - 1.0
                 # no link between two types: no link evidence (-inf, not w_hom x -inf: NaN at w_hom 0)
