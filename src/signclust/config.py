@@ -151,7 +151,9 @@ def deterministic_cuda() -> None:
     H100 (benchmarks/device_check.py). An operation without a deterministic CUDA kernel then raises
     instead of drifting. The CPU needs none of this: its kernels are deterministic already."""
     import torch
-    # cuBLAS reads its workspace size when a handle is made: fixed, its reductions keep their order
+    # cuBLAS reads its workspace size when a handle is made: fixed, its reductions keep their order.
+    # A stage sets it before its first CUDA call; a notebook that ran cuBLAS before its first fit
+    # should export it before starting Python
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
