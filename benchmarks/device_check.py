@@ -61,8 +61,8 @@ def distances(corpus: Corpus, dist_dir: Path) -> dict:
     return {"distances": open_distances(corpus, dist_dir), "knn": load_knn(dist_dir)}
 
 
-def fit_on_device(row: str, corpus: Corpus, seed: int, params: dict, device: str, dist_dir: Path) -> dict:
-    """One fit as the train stage makes it (the corpus's distances and k-NN when built), on ``device``."""
+def fit_on_device(row: str, corpus: Corpus, seed: int, params: dict, device: str, built: dict) -> dict:
+    """One fit as the train stage makes it (``built``: the corpus's distances and k-NN, ``distances``), on ``device``."""
     method, cfg, _ = run_config(row, params)
     clusterer = get_clusterer(method, **cfg)
     k_true = corpus.counts()["types"]
@@ -72,7 +72,7 @@ def fit_on_device(row: str, corpus: Corpus, seed: int, params: dict, device: str
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
     result = clusterer.fit(corpus, FitContext(seed=seed, n_clusters=k_true if clusterer.needs_k else None,
-                                              device=device, progress=False, **distances(corpus, dist_dir)))
+                                              device=device, progress=False, **built))
     if cuda:
         torch.cuda.synchronize()
     seconds = time.time() - t0
@@ -107,6 +107,7 @@ def main(argv=None) -> int:
     params = load_params(ROOT / "params.yaml")
     corpus = Corpus.load(a.corpus_dir or ROOT / "data" / "corpora" / a.corpus)
     dev = torch_device(a.device)
+    built = distances(corpus, ROOT / "data" / "distances" / a.corpus)       # read once for every fit
     head = (f"torch {torch.__version__}, numpy {np.__version__}, device {dev}"
             + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else f" ({platform.processor() or platform.machine()})")
             + f"; corpus {a.corpus} ({corpus.n_tokens} tokens, {corpus.counts()['types']} types), seed {a.seed}")
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
     for row in a.rows:
         ref = committed(row, a.corpus, a.seed)
         try:
-            got = fit_on_device(row, corpus, a.seed, params, a.device, ROOT / "data" / "distances" / a.corpus)
+            got = fit_on_device(row, corpus, a.seed, params, a.device, built)
         except Exception as e:          # report every row, then fail
             traceback.print_exc()
             failures.append(f"{row}: {type(e).__name__}: {e}")
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
             failures.append(f"{row}: CUDA is present but the fit allocated nothing on the GPU")
         same = before = "–"
         if a.twice:
-            again = fit_on_device(row, corpus, a.seed, params, a.device, ROOT / "data" / "distances" / a.corpus)
+            again = fit_on_device(row, corpus, a.seed, params, a.device, built)
             same = compared(got["labels"], again["labels"])
             if same != "yes":
                 failures.append(f"{row}: a refit in the same process gave other labels ({same})")
