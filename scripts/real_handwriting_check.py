@@ -67,7 +67,8 @@ def markdown(table: dict, seeds: list[int], n_tokens: int, length: int) -> str:
     lines = ["# Real handwriting: our clusterer on handwritten digits", "",
              f"Written by `scripts/real_handwriting_check.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
              f"MNIST test: a fixed random subset of {n_tokens} digits; scikit-learn's digits: all 1797. The tokens "
-             f"are put in a random order (one fixed permutation) and cut into texts of {length}: no text is one hand and no neighbour says "
+             "are put in a random order (one fixed permutation) and cut into texts of "
+             f"{length}: no text is one hand and no neighbour says "
              f"anything about a token, so this is the visual side alone on real pen strokes. `{ours}` is never "
              "given K; the other rows are given K true. Bold: the best V of the row.", "",
              f"| data | tokens | K true | `{ours}` V | K found | " + " | ".join(f"`{r}` V" for r in ROWS[1:])
@@ -100,7 +101,8 @@ def main(argv=None):
     out = report_path(args.out, "real_handwriting_check.md", ("--sets", "--seeds", "--tokens", "--text-length"),
                       changed)
     params = load_params()
-    corpora = {name: build(name, args.tokens, args.text_length) for name in args.sets}   # bad input: now, not after fits
+    # bad input fails now, not after the fits
+    corpora = {name: build(name, args.tokens, args.text_length) for name in args.sets}
     table: dict = {}
     for name, corpus in corpora.items():
         table[name] = {"n": corpus.n_tokens, "k_true": corpus.counts()["types"]}

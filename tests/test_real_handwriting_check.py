@@ -8,7 +8,8 @@ import numpy as np
 from signclust.config import REPO_ROOT
 from signclust.data.corpus import Corpus
 
-spec = importlib.util.spec_from_file_location("real_handwriting_check", REPO_ROOT / "scripts" / "real_handwriting_check.py")
+spec = importlib.util.spec_from_file_location("real_handwriting_check",
+                                              REPO_ROOT / "scripts" / "real_handwriting_check.py")
 check = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check)
 
