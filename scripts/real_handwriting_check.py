@@ -97,7 +97,7 @@ def main(argv=None):
     ap.add_argument("--text-length", type=int, default=30)
     ap.add_argument("--out", help="default reports/real_handwriting_check.md")
     args = ap.parse_args(argv)
-    changed = args.tokens != 3000 or args.text_length != 30 or args.sets != list(SETS) or args.seeds != [0, 1, 2]
+    changed = any(getattr(args, key) != ap.get_default(key) for key in ("sets", "seeds", "tokens", "text_length"))
     out = report_path(args.out, "real_handwriting_check.md", ("--sets", "--seeds", "--tokens", "--text-length"),
                       changed)
     params = load_params()
