@@ -13,9 +13,9 @@ registry package ships handwritten letters, EMNIST, Omniglot or Kuzushiji inside
 
 They have no reading order, so the tokens are put in a random order (a fixed permutation, seed 0,
 whatever the fit's seed) and cut into texts of ``--text-length``: a text is not one hand and its
-neighbours say nothing about a token. This checks
-the visual side alone -- normalisation, encoder, pair model, micro-clusters and merges -- on real pen
-strokes, with the context term left nothing to find. Rows as configured in params.yaml (``runs``):
+neighbours say nothing about a token. This checks the visual side alone -- normalisation, encoder,
+pair model, micro-clusters and merges -- on real pen strokes, with the context term left nothing to
+find. Rows as configured in params.yaml (``runs``):
 ``lm`` never given K; the Ward references and ``twostage`` (the best deep baseline on the suite's
 handwriting) given K true. The labels are used only to score.
 """
@@ -59,6 +59,8 @@ def as_texts(corpus: Corpus, length: int, order_seed: int | None = 0) -> Corpus:
 def build(name: str, n_tokens: int, length: int) -> Corpus:
     if name not in SETS:
         raise UserError(f"--sets {name}: unknown (known: {', '.join(SETS)})")
+    if n_tokens < 1:
+        raise UserError(f"--tokens {n_tokens}: expected a positive number of MNIST test digits")
     return as_texts(benchmarks.build(name, subset=n_tokens if name == "mnist_test" else 0), length)
 
 

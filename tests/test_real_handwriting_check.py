@@ -49,5 +49,7 @@ def test_bad_arguments_get_one_line(cli_error):
     cli_error(check.main, ["--sets", "emnist", "--out", "x.md"], "--sets emnist: unknown (known: mnist_test, digits)")
     cli_error(check.main, ["--text-length", "0", "--sets", "digits", "--out", "x.md"],
               "--text-length 0: expected a positive number of tokens")
+    cli_error(check.main, ["--tokens", "0", "--out", "x.md"],
+              "--tokens 0: expected a positive number of MNIST test digits")
     cli_error(check.main, ["--seeds", "0"], "make another study than reports/real_handwriting_check.md: "
                                             "give it its own --out")
