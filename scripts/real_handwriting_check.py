@@ -64,11 +64,13 @@ def build(name: str, n_tokens: int, length: int) -> Corpus:
     return as_texts(benchmarks.build(name, subset=n_tokens if name == "mnist_test" else 0), length)
 
 
-def markdown(table: dict, seeds: list[int], n_tokens: int, length: int) -> str:
+def markdown(table: dict, seeds: list[int], length: int) -> str:
     ours, ref = ROWS[0], ROWS[1]
+    sources = {"mnist_test": "MNIST test: a fixed random subset of {n} digits",
+               "digits": "scikit-learn's digits: all {n}"}
     lines = ["# Real handwriting: our clusterer on handwritten digits", "",
              f"Written by `scripts/real_handwriting_check.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
-             f"MNIST test: a fixed random subset of {n_tokens} digits; scikit-learn's digits: all 1797. The tokens "
+             + "; ".join(sources[name].format(n=row["n"]) for name, row in table.items()) + ". The tokens "
              "are put in a random order (one fixed permutation) and cut into texts of "
              f"{length}: no text is one hand and no neighbour says "
              f"anything about a token, so this is the visual side alone on real pen strokes. `{ours}` is never "
@@ -112,7 +114,7 @@ def main(argv=None):
             table[name][row] = [fit_row(row, corpus, s, params) for s in args.seeds]
             print(f"{name} {row}: V {np.mean([x[0] for x in table[name][row]]):.3f}, "
                   f"K {np.mean([x[1] for x in table[name][row]]):.0f}", flush=True)
-    text = markdown(table, args.seeds, args.tokens, args.text_length)
+    text = markdown(table, args.seeds, args.text_length)
     atomic_write_text(out, text)
     print(text)
 

@@ -38,7 +38,9 @@ def test_table_on_known_numbers_with_the_best_row_in_bold():
              "mnist_test": {"n": 3000, "k_true": 10, "lm": [(0.90, 30, 9.0)] * 2,
                             "ward_pixels": [(0.95, 10, 0.1)] * 2, "ward_glyphs": [(0.60, 10, 0.1)] * 2,
                             "twostage": [(0.80, 10, 5.0)] * 2}}
-    text = check.markdown(table, [0, 1], 3000, 30)
+    text = check.markdown(table, [0, 1], 30)
+    assert "scikit-learn's digits: all 1797; MNIST test: a fixed random subset of 3000 digits. The tokens" in text
+    assert "MNIST test" not in check.markdown({"digits": table["digits"]}, [0, 1], 30)   # only the sets run
     assert ("| digits | 1797 | 10 | 0.850 ± 0.050 | 50 (40-60) | 0.700 ± 0.000 | 0.600 ± 0.000 | "
             "**0.870 ± 0.010** | +0.150 | 15.0 |") in text
     assert ("| mnist_test | 3000 | 10 | 0.900 ± 0.000 | 30 (30-30) | **0.950 ± 0.000** | 0.600 ± 0.000 | "
