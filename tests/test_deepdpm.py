@@ -135,3 +135,25 @@ def test_subcluster_gradients_are_the_same_on_every_run_with_two_threads():
         assert all(torch.equal(a, b) for a, b in zip(first, _subcluster_grads(2)))
     # and the one-thread sums, which were already repeatable, are the ones they were
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(first, _subcluster_grads(1)))
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_a_one_sided_sub_cluster_net_does_not_block_the_split(fallback):
+    """Two blobs in one cluster, its sub-cluster net saturated on one side (every point in sub-cluster
+    0): the isotropic loss gives it no gradient, so the net never proposes a split. Without
+    ``proposal_fallback`` (the authors' code) K stays 1; with it the split step proposes the
+    sub-clusters' own split (each point to the nearer sub-cluster mean: the 2-means halves once the
+    one-sided sub-clusters were started afresh) and makes it."""
+    x, y = _blobs(2, 100, 2, sep=12.0)
+    torch.manual_seed(0)
+    run = _new_run(x, init_k=1, proposal_fallback=fallback, max_epochs=60)
+    with torch.no_grad():
+        run.snet.w2.zero_()
+        run.snet.b2.copy_(torch.tensor([[50.0, -50.0]]))
+    run.train(FitContext(seed=0, progress=False))
+    labels = run.predict()
+    if fallback:
+        assert run.K == 2 and v_measure_score(y, labels) == 1.0
+        assert [m["type"] for m in run.moves][:1] == ["split"]
+    else:
+        assert run.K == 1 and not run.moves

@@ -371,6 +371,9 @@ class DeepDPM(Clusterer):
         "merge_neighbors": Param(3, int, min=1, doc="merge proposals with this many nearest clusters"),
         "min_split_size": Param(5, int, min=0, doc="no split proposal for smaller (sub)clusters"),
         "stochastic": Param(True, bool, doc="accept H < 1 moves with probability H (MH)"),
+        "proposal_fallback": Param(True, bool, doc="a split proposal of the sub-cluster net with a side of at "
+                                   "most min_split_size points: propose the nearer-sub-cluster-mean split instead "
+                                   "(false: no proposal, the authors' code)"),
     }
     PRESETS = {"paper": {
         "features": "ae", "feat_dim": 10, "transform": "none",
@@ -658,6 +661,14 @@ class _DPMRun:
                 continue
             sub = (resp_sub[m].argmax(axis=1) if resp_sub is not None
                    else two_means_1d(self.x[m]))
+            if min((sub == 0).sum(), (sub == 1).sum()) <= min_size and self.cfg["proposal_fallback"]:
+                # the net's proposal is one-sided: the sub-clusters' own one instead (each point to the
+                # nearer sub-cluster mean), as the authors' code proposes without sub-cluster nets
+                # (ignore_subclusters); after a sub-cluster emptied these are the 2-means halves. A net
+                # whose softmax saturated on one side gets no gradient from the isotropic loss
+                # (r (1 - r) -> 0) and stays one-sided, so without this a cluster of several classes whose
+                # split its own log p accepts is never split (reports/deepdpm_posterior_paper_umap_10000.md)
+                sub = ((self.x[m][:, None, :] - self.mus_sub[k][None]) ** 2).sum(-1).argmin(axis=1)
             if min((sub == 0).sum(), (sub == 1).sum()) <= min_size:
                 continue
             log_h = log_hastings_split(self.x[m], sub, self.prior, alpha)
