@@ -1,4 +1,4 @@
-"""Why the DP methods' K misses the truth (issue 10): their own posteriors, not their optimisers.
+"""Why the DP methods' K misses the truth (issue 10): their own posteriors or their optimisers.
 
     .venv/bin/python scripts/dp_posterior.py                  # -> reports/deepdpm_posterior.md
     .venv/bin/python scripts/dp_posterior.py --method dpgmm   # -> reports/dpgmm_posterior.md

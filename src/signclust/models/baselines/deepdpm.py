@@ -385,6 +385,8 @@ class DeepDPM(Clusterer):
         "max_epochs": 500, "start_computing_params": 25, "start_sub_clustering": 45,
         "start_splitting": 55, "split_merge_every": 30, "freeze_after_move": 5,
         "merge_neighbors": 3, "min_split_size": 5, "stochastic": True,
+        # ours, not the paper's: a fix of a one-sided split proposal (the authors' code: false), kept on
+        "proposal_fallback": True,
     }}
     # the pipeline behind the paper's MNIST/USPS/Fashion-MNIST figures: the same settings on UMAP
     # embeddings of the AE codes, L2 rows (make_umap_embeddings.py, then DeepDPM.py's default transform)
