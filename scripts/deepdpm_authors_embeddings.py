@@ -58,8 +58,8 @@ def safe_load(path: Path):
     import codecs
 
     from numpy._core.multiarray import _reconstruct
-    allowed = [(codecs.encode, "_codecs.encode"), _reconstruct, (_reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
-               (np.dtype, "numpy.dtype"),
+    allowed = [(codecs.encode, "_codecs.encode"), _reconstruct, (_reconstruct, "numpy.core.multiarray._reconstruct"),
+               np.ndarray, np.dtype, (np.dtype, "numpy.dtype"),
                np.dtypes.Float32DType, np.dtypes.Float64DType, np.dtypes.Int64DType, np.dtypes.UInt8DType]
     try:
         with torch.serialization.safe_globals(allowed):
@@ -122,11 +122,9 @@ def main(argv=None) -> int:
         paper = PAPER.get(name, {"nmi": None, "k": "—"})
         head = f"{name} ({len(x)})", "—" if paper["nmi"] is None else f"{paper['nmi']:.2f} / {paper['k']}"
         rows = []
-        prior = None
         for seed in args.seeds:
             for fallback in (True, False):
                 labels, run, seconds = fit(x, seed, fallback)
-                prior = run.prior
                 rows.append(("fallback" if fallback else "authors", seed, labels, seconds))
                 print(f"{name} seed {seed} {rows[-1][0]}: K {len(np.unique(labels))}, "
                       f"V {score(y, labels)['v_measure']:.3f}, {seconds:.0f} s", flush=True)
@@ -134,8 +132,8 @@ def main(argv=None) -> int:
         rows.append((f"k-means K={k_true} (true K)", "–", faiss_kmeans(x.astype(np.float32), k_true, seed=0,
                                                                        niter=50, nredo=3)[0], None))
         rows.append(("true labels", "–", y, None))
-        alpha = float(dd.DeepDPM.PRESETS["paper"]["alpha"])
-        log_p = [dd.dp_log_joint(x, labels, prior, alpha) for _, _, labels, _ in rows]
+        # every fit's prior is the same function of x and the preset: the last run's scores them all
+        log_p = [dd.dp_log_joint(x, labels, run.prior, float(run.cfg["alpha"])) for _, _, labels, _ in rows]
         best = max(log_p)
         for (what, seed, labels, seconds), lp in zip(rows, log_p):
             lines.append(f"| {head[0]} | {head[1]} | {what} | {seed} | {len(np.unique(labels))} | "

@@ -13,13 +13,13 @@ a Normal-Gamma prior (dp_moves.log_joint). For each data set this script fits th
 pipeline configures it (seed 0: the train stage's settings on the corpora, paper_check's on its
 benchmark sets, or with --preset the method's named parameter set there) and scores, on the
 features that fit clustered and with its own prior: its labelling, k-means labellings of those
-features at a grid of K and at the true K, and the true labelling. If the true labelling scores far below the fit, no optimiser of this objective finds K
-near the truth on these features; if the fit scores below a k-means labelling, the optimiser is what
-falls short. V is NMI (scikit-learn's, arithmetic mean: the papers' metric). k-means at the true K
-on the same features says how far these features separate the classes for a clusterer that is told
-K: a fit at or above it and far below a paper's figure is short of the paper's features, not of its
-clustering. The labels are used only to score: nothing is set from them (the true K only names one
-k-means row).
+features at a grid of K and at the true K, and the true labelling. If the true labelling scores far
+below the fit, no optimiser of this objective finds K near the truth on these features; if the fit
+scores below a k-means labelling, the optimiser is what falls short. V is NMI (scikit-learn's,
+arithmetic mean: the papers' metric). k-means at the true K on the same features says how far these
+features separate the classes for a clusterer that is told K: a fit at or above it and far below a
+paper's figure is short of the paper's features, not of its clustering. The labels are used only to
+score: nothing is set from them (the true K only names one k-means row).
 """
 from __future__ import annotations
 
@@ -134,10 +134,9 @@ def main(argv=None) -> int:
     out = args.out or str(REPO / "reports" / f"{args.method}_posterior{tag}.md")
     params = load_params(REPO / "params.yaml")
     datasets = args.datasets or default_datasets(params, args.method)
-    if args.preset is not None:
-        if any(d in CORPORA for d in datasets):
-            raise UserError(f"dp_posterior: --preset is for the benchmark sets, not the corpora "
-                            f"({', '.join(d for d in datasets if d in CORPORA)}); name them with --datasets")
+    if args.preset is not None and any(d in CORPORA for d in datasets):
+        raise UserError(f"dp_posterior: --preset is for the benchmark sets, not the corpora "
+                        f"({', '.join(d for d in datasets if d in CORPORA)}); name them with --datasets")
     for dataset in datasets:                 # an unknown data set or preset: one error before any fit
         if dataset not in CORPORA:
             method_config(params, args.method, dataset, args.preset, args.subset)
@@ -155,8 +154,8 @@ def main(argv=None) -> int:
              f"{args.seed}). log p(X, z) = the CRP probability of the partition (alpha as configured) + "
              f"{model}. Higher is what the model "
              "prefers. *gap to best*: log p below the best labelling of the table, in nats per token.", ""]
-    summary = [f"| data | K true | {args.method} K | best labelling by log p (K) | true labels: gap to best, nats/token "
-               f"| {args.method} V (NMI) | k-means at the true K: V (NMI) |",
+    summary = [f"| data | K true | {args.method} K | best labelling by log p (K) "
+               f"| true labels: gap to best, nats/token | {args.method} V (NMI) | k-means at the true K: V (NMI) |",
                "|---|---:|---:|---|---:|---:|---:|"]
     tables = []
     for dataset in datasets:
