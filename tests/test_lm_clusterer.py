@@ -1040,3 +1040,158 @@ def test_seat_odds_join_an_outlying_token_to_a_frequent_sign_only(monkeypatch):
     clean, *_, out_clean = _merge_round(monkeypatch, z, x, texts, None, None, None, seat_odds=True, **common)
     plain, *_, out_plain = _merge_round(monkeypatch, z, x, texts, None, None, None, seat_odds=False, **common)
     assert np.allclose(clean[0][2], plain[0][2]) and out_clean.tolist() == out_plain.tolist()
+
+
+# -- a sign's forms on a clean corpus: the two-covariance model and the pass that joins them --------
+def _forms(n_signs=40, per_sign=3, dims=4, seed=0, between=25.0, within=0.2):
+    """Form features of n_signs signs, per_sign forms each: a centre ~ N(0, between I) plus a form
+    offset ~ N(0, within I); labels are the sign of each form."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, np.sqrt(between), (n_signs, dims))
+    labels = np.repeat(np.arange(n_signs), per_sign)
+    return centres[labels] + rng.normal(0, np.sqrt(within), (len(labels), dims)), labels
+
+
+def _naive_two_covariance_log_odds(model, a, na, b, nb):
+    """log N([a; b] | one centre) - log N(a) - log N(b) in the feature space, by scipy, from the W
+    and B that the model's basis and variances stand for (W -> I, B -> diag(between))."""
+    from scipy.stats import multivariate_normal
+    inv = np.linalg.inv(model.basis)
+    w, bb = inv.T @ inv, inv.T @ np.diag(model.between) @ inv
+    joint = np.block([[bb + w / na, bb], [bb, bb + w / nb]])
+    m = model.mean
+    return (multivariate_normal(np.r_[m, m], joint).logpdf(np.r_[a, b])
+            - multivariate_normal(m, bb + w / na).logpdf(a) - multivariate_normal(m, bb + w / nb).logpdf(b))
+
+
+def test_two_covariance_recovers_the_within_and_between_variances():
+    feats, labels = _forms(n_signs=600, per_sign=3, dims=2, between=25.0, within=0.2)
+    model = L.TwoCovariance.fit(feats, labels, shrink=0.0)
+    inv = np.linalg.inv(model.basis)
+    w, b = inv.T @ inv, inv.T @ np.diag(model.between) @ inv
+    assert np.allclose(np.diag(w), 0.2, rtol=0.1) and abs(w[0, 1]) < 0.02
+    assert np.allclose(np.diag(b), 25.0, rtol=0.15)
+    assert model.dof == 600 * 2
+
+
+def test_two_covariance_log_odds_equal_the_gaussian_densities_written_out():
+    feats, labels = _forms(n_signs=30, per_sign=2, dims=3, seed=1)
+    model = L.TwoCovariance.fit(feats, labels, shrink=0.1)
+    rng = np.random.default_rng(2)
+    for na, nb in ((1, 1), (2, 1), (1, 3)):
+        a, b = rng.normal(0, 3, 3), rng.normal(0, 3, 3)
+        got = model.log_odds(model.project(a[None]), np.array([na], float), model.project(b[None]),
+                             np.array([nb], float))[0]
+        assert got == pytest.approx(_naive_two_covariance_log_odds(model, a, na, b, nb), rel=1e-9, abs=1e-9)
+    # two forms of one sign are one sign by a wide margin; forms of two signs are not
+    same = model.log_odds(model.project(feats[[0]]), np.ones(1), model.project(feats[[1]]), np.ones(1))[0]
+    other = model.log_odds(model.project(feats[[0]]), np.ones(1), model.project(feats[[2]]), np.ones(1))[0]
+    assert same > 3 and other < -3
+
+
+def test_two_covariance_needs_as_many_degrees_of_freedom_as_dimensions():
+    feats, labels = _forms(n_signs=3, per_sign=2, dims=4)                  # 3 types of 2 forms: dof 3 < 4
+    assert L.TwoCovariance.fit(feats, labels, shrink=0.1) is None
+    feats, labels = _forms(n_signs=4, per_sign=2, dims=4)                  # dof 4
+    assert L.TwoCovariance.fit(feats, labels, shrink=0.1).dof == 4
+
+
+def test_form_capacity_is_the_median_forms_of_the_frequent_types():
+    forms = np.array([3, 3, 2, 1, 1, 1, 4])
+    size = np.array([50, 12, 10, 9, 1, 2, 30])
+    assert L.form_capacity(forms, size) == 3                               # median of 3, 3, 2, 4
+    assert L.form_capacity(forms, size, min_tokens=40) == 3
+    assert L.form_capacity(forms, np.full(7, 9)) == 1                      # no type of 10 tokens
+
+
+def test_form_pairs_are_the_open_types_that_fit_together():
+    rng = np.random.default_rng(0)
+    means = rng.normal(0, 1, (8, 2))
+    forms = np.array([2, 1, 1, 3, 1, 2, 1, 1], float)
+    u, v = L.form_pairs(means, forms, capacity=3, k_nn=10)                 # every open type's every partner
+    naive = [(a, b) for a in range(8) for b in range(a + 1, 8) if forms[a] < 3 and forms[b] < 3
+             and forms[a] + forms[b] <= 3]
+    assert list(zip(u.tolist(), v.tolist())) == naive
+    u, v = L.form_pairs(means, forms, capacity=3, k_nn=1)                  # nearest open type only
+    open_ = [a for a in range(8) if forms[a] < 3]
+    near = set()
+    for a in open_:
+        b = min((c for c in open_ if c != a), key=lambda c: np.linalg.norm(means[a] - means[c]))
+        if forms[a] + forms[b] <= 3:
+            near.add((min(a, b), max(a, b)))
+    assert set(zip(u.tolist(), v.tolist())) == near
+    assert len(L.form_pairs(means, np.full(8, 3.0), capacity=3, k_nn=4)[0]) == 0
+
+
+def _forms_corpus(seed=0):
+    """Features of a clean corpus, as ``_join_forms`` reads them: 30 frequent signs, each with two
+    forms already joined into one type (the typeface's change: a fixed offset), and a rare sign R
+    whose two forms are types of their own (R: forms 30 and 62, one token each), and a rare sign Q
+    of one form (31; its second, 63, never occurs). Each text: 12 frequent forms at random, in
+    random order. Returns x, texts, image_index, the types z and the signs, per token."""
+    rng = np.random.default_rng(seed)
+    offset = np.array([1.5, -1.0, 0.5, 0.0])
+    centres = rng.normal(0, 5, (32, 4))
+    form_x = np.concatenate([centres, centres + offset]) + rng.normal(0, 0.05, (64, 4))   # form f: sign f % 32
+    form_sign = np.arange(64) % 32
+    frequent = [f for f in range(64) if form_sign[f] < 30]
+    tokens, texts, n = [], [], 0
+    for t in range(40):
+        forms = list(rng.choice(frequent, 12, replace=False))
+        if t in (3, 17):
+            forms.append(30 if t == 3 else 62)                               # R: form 30 in text 3, 62 in text 17
+        if t == 25:
+            forms.append(31)                                                 # Q: one form
+        rng.shuffle(forms)
+        tokens += forms
+        texts.append(np.arange(n, n + len(forms)))
+        n += len(forms)
+    image_index = np.array(tokens)
+    z_form = np.array([s if s < 30 else {30: 30, 62: 31, 31: 32, 63: 33}[f] for f, s in enumerate(form_sign)])
+    return form_x[image_index].astype(np.float32), texts, image_index, z_form[image_index], form_sign[image_index]
+
+
+def test_join_forms_joins_a_rare_signs_forms_by_what_the_frequent_signs_teach(monkeypatch):
+    x, texts, image_index, z, sign = _forms_corpus()
+    seen = []
+    original = L.disjoint_best
+
+    def spy(u, v, gain, limit=None):
+        seen.append((u.copy(), v.copy(), gain.copy()))
+        return original(u, v, gain, limit)
+    monkeypatch.setattr(L, "disjoint_best", spy)
+    model = get_clusterer("lm")
+    history = []
+    out, info = model._join_forms(z.copy(), x, texts, image_index, history, FitContext(seed=0, progress=False))
+    assert info["form_capacity"] == 2 and info["form_model_dof"] == 30 and info["form_merges"] == 1
+    assert len(np.unique(out)) == 32                              # R's two forms are one type; Q stays alone
+    assert v_measure_score(sign, out) == pytest.approx(1.0)
+    assert len(history) == 1 and history[0]["merges"] == 1
+    # the first round's gain of every candidate: w_lm dL_LM + w_hom log-odds - w_dup log K, written out
+    u, v, gain = seen[0]
+    zz = np.unique(z, return_inverse=True)[1]
+    k = zz.max() + 1
+    m = image_index.max() + 1
+    feats = np.array([x[image_index == f].mean(0) for f in range(m)], dtype=np.float64)
+    type_of_form = np.array([zz[image_index == f][0] for f in range(m)])
+    tc = L.TwoCovariance.fit(feats, type_of_form, 0.1)
+    assert {t for pair in zip(u, v) for t in pair} <= {30, 31, 32}          # only the open types
+    for a, b, g in zip(u, v, gain):
+        fa, fb = np.flatnonzero(type_of_form == a), np.flatnonzero(type_of_form == b)
+        lo = _naive_two_covariance_log_odds(tc, feats[fa].mean(0), len(fa), feats[fb].mean(0), len(fb))
+        want = _naive_lm_gain(zz, texts, zz, 0.1, a, b) + lo - math.log(k)
+        assert g == pytest.approx(want, rel=1e-6, abs=1e-6)
+    # off, or with too few forms joined to learn from, nothing moves
+    off = get_clusterer("lm", join_forms=False)
+    assert "form_capacity" not in off.cluster(x, texts, True, image_index, None, FitContext(seed=0)).info
+    alone = np.unique(image_index, return_inverse=True)[1]                # every form its own type: capacity 1
+    same, info = model._join_forms(alone.copy(), x, texts, image_index, [], FitContext(seed=0))
+    assert info == {"form_capacity": 1, "form_model_dof": None, "form_merges": 0}
+    assert np.array_equal(same, alone)
+
+
+def test_a_clean_fit_reports_its_form_pass():
+    corpus = free_variation_corpus()
+    on, off = fit(corpus), fit(corpus, join_forms=False)
+    assert on.info["form_capacity"] == 2 and on.info["form_merges"] == 0   # every sign's two forms joined already
+    assert np.array_equal(on.labels, off.labels) and "form_capacity" not in off.info

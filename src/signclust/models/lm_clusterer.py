@@ -167,6 +167,12 @@ class LMConfig:
     match_ratio: float = config_field(0.7, float, gt=0, max=1,
                                       doc="clean corpus: mutual nearest types this much nearer than the next")
     match_bonus: float = config_field(3.0, float, min=0, doc="clean corpus: nats of a visual match")
+    join_forms: bool = config_field(True, bool,
+                                    doc="clean corpus: after the merges, join the types that are forms of one sign "
+                                        "(a two-covariance model of the forms the merges joined; at most as many "
+                                        "forms a type as a frequent sign shows; README 'The LM sign clusterer')")
+    form_shrink: float = config_field(0.1, float, min=0, max=1,
+                                      doc="join_forms: shrinkage of the within-sign covariance towards its diagonal")
     # the merge loop
     candidates: int = config_field(10, int, min=1, doc="partners per type (visual and context neighbours)")
     batch: float = config_field(0.05, float, gt=0, max=1, doc="at most this share of the types merges per round")
@@ -759,6 +765,82 @@ def candidate_pairs(cen: np.ndarray, left: np.ndarray, right: np.ndarray, k_nn: 
     return u, v, np.minimum(rank_of[u, v], rank_of[v, u]), np.where(mutual, ratio, np.inf)
 
 
+# --------------------------------------------------------------------------- a sign's forms (clean corpus)
+def form_capacity(forms: np.ndarray, size: np.ndarray, min_tokens: int = 10) -> int:
+    """How many forms (distinct images) one sign shows in a clean corpus: the median number of forms
+    of the types of at least ``min_tokens`` tokens (a sign seen that often in free variation shows
+    each of its typefaces' forms); 1 where no type is that large. ``forms``, ``size``: (k,) each
+    type's distinct images and tokens."""
+    large = size >= min_tokens
+    return int(np.median(forms[large])) if large.any() else 1
+
+
+@dataclass(frozen=True)
+class TwoCovariance:
+    """The two-covariance model (Ioffe's probabilistic LDA) of a sign's forms: a form's feature is
+    x = c + e, its sign's centre c ~ N(mean, B) and the form's offset from it e ~ N(0, W) (a
+    typeface's way of drawing the sign). Fitted on the forms of the types that already hold several,
+    so W is the corpus's own typeface variation; kept in the basis where W is the identity and B
+    is diagonal, so the log-odds below is a sum over independent dimensions."""
+    mean: np.ndarray       # (D,) the centres' mean
+    basis: np.ndarray      # (D, D) the feature x -> (x - mean) @ basis
+    between: np.ndarray    # (D,) B's variances in that basis (W's are 1)
+    dof: int               # the forms W was estimated from, less one per type
+
+    @classmethod
+    def fit(cls, feats: np.ndarray, labels: np.ndarray, shrink: float) -> "TwoCovariance | None":
+        """``feats`` (m, D) one row per form, ``labels`` (m,) its type. W: the forms' scatter about
+        their type's mean, over the types of at least two forms, shrunk by ``shrink`` towards its
+        diagonal; B: the scatter of the types' means less their expected share of W. None where W
+        rests on fewer degrees of freedom than dimensions (too few types of several forms)."""
+        k = int(labels.max()) + 1
+        n = np.bincount(labels, minlength=k).astype(np.float64)
+        means = group_sums(feats, labels, k) / np.maximum(n, 1)[:, None]             # (k, D)
+        several = n[labels] >= 2
+        dof = int(several.sum() - (n >= 2).sum())
+        if dof < feats.shape[1]:
+            return None
+        resid = feats[several] - means[labels[several]]
+        within = resid.T @ resid / dof
+        within = (1 - shrink) * within + shrink * np.diag(np.diag(within))
+        centre = means[n > 0].mean(0)
+        spread = means[n > 0] - centre
+        between = spread.T @ spread / len(spread) - within * np.mean(1.0 / n[n > 0])
+        ew, vw = np.linalg.eigh(within)
+        whiten = vw / np.sqrt(np.maximum(ew, ew.max() * 1e-6))                          # W -> identity
+        lam, rot = np.linalg.eigh(whiten.T @ between @ whiten)
+        return cls(centre, whiten @ rot, np.maximum(lam, 1e-3), dof)
+
+    def project(self, feats: np.ndarray) -> np.ndarray:
+        return (feats - self.mean) @ self.basis
+
+    def log_odds(self, a: np.ndarray, na: np.ndarray, b: np.ndarray, nb: np.ndarray) -> np.ndarray:
+        """log p(a, b | one centre) - log p(a, b | two centres) for types whose ``na`` and ``nb``
+        forms have the projected means a and b (P, D): a type's mean of n forms is c + N(0, W / n)."""
+        lam = self.between
+        va, vb = lam + 1.0 / na[:, None], lam + 1.0 / nb[:, None]                      # (P, D) var(a), var(b)
+        det = va * vb - lam ** 2
+        one = -0.5 * (np.log(det) + (vb * a * a - 2 * lam * a * b + va * b * b) / det)
+        two = -0.5 * (np.log(va) + a * a / va + np.log(vb) + b * b / vb)
+        return (one - two).sum(1)
+
+
+def form_pairs(means: np.ndarray, forms: np.ndarray, capacity: int, k_nn: int) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate pairs (u, v), u < v, of types that may be forms of one sign: together at most
+    ``capacity`` forms, v among u's ``k_nn`` nearest such types in the projected space (or u
+    among v's). ``means`` (k, D) the types' projected means."""
+    from sklearn.neighbors import NearestNeighbors
+    open_ = np.flatnonzero(forms < capacity)                        # types with room for another form
+    if len(open_) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    kn = min(k_nn, len(open_) - 1)
+    nb = NearestNeighbors(n_neighbors=kn + 1).fit(means[open_]).kneighbors(means[open_], return_distance=False)
+    u, v = np.repeat(open_, kn + 1), open_[nb.ravel()]
+    keep = (u != v) & (forms[u] + forms[v] <= capacity)
+    pairs = np.unique(np.stack([np.minimum(u, v), np.maximum(u, v)], 1)[keep], axis=0)
+    return pairs[:, 0], pairs[:, 1]
+
+
 @register
 class LMSignClusterer(Clusterer):
     name = "lm"
@@ -880,12 +962,15 @@ class LMSignClusterer(Clusterer):
                     break
                 pair = new
             z = self._merge(z, x, texts, pair, coarse, history, ctx)
+        forms = {}
+        if clean and cfg.join_forms:
+            z, forms = self._join_forms(z, x, texts, image_index, history, ctx)
         z = np.unique(z, return_inverse=True)[1]
         k = int(z.max()) + 1
         embedding = self._embedding(x, z, texts, k)
         info = {"k_found": k, "micro_clusters": k0, "rounds": len(history), "clean_corpus": bool(clean),
                 "pair_model": dataclasses.asdict(pair) if pair else None, "setup_s": setup_s,
-                "seconds_fit": time.time() - t0, "history": history}
+                "seconds_fit": time.time() - t0, "history": history, **forms}
         return ClusterResult(z, embedding, info)
 
     def _merge(self, z, x, texts, pair, coarse, history, ctx):
@@ -942,6 +1027,56 @@ class LMSignClusterer(Clusterer):
             if ctx.log_metrics:
                 ctx.log_metrics({k_: v_ for k_, v_ in history[-1].items() if k_ != "round"}, len(history))
         return z
+
+    def _join_forms(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
+        """A clean corpus, after the merges: the typeface forms of a rare sign, seen too few times for
+        context to join them, stay types of their own. Each distinct image is one form; the types
+        that already hold several forms teach what a typeface changes (``TwoCovariance``), and no
+        type takes more forms than a frequent sign shows (``form_capacity``: a sign has one form per
+        typeface). Merge rounds over ``form_pairs``, the best disjoint pairs each round, while
+
+            w_lm dL_LM(u, v) + w_hom log-odds(u, v one sign) - w_dup log K
+
+        is positive: the prior odds of picking one type out of K, as ``dup_prior``'s floor.
+        Returns the labels and what the pass found (capacity, the model's degrees of freedom, merges)."""
+        cfg = self.cfg
+        form_of_token = np.unique(image_index, return_inverse=True)[1]
+        m = int(form_of_token.max()) + 1
+        feats = group_sums(x, form_of_token, m) / np.bincount(form_of_token, minlength=m)[:, None]   # (m, D)
+        z = np.unique(z, return_inverse=True)[1]
+        type_of_form = np.zeros(m, np.int64)
+        type_of_form[form_of_token] = z
+        k = int(z.max()) + 1
+        capacity = form_capacity(np.bincount(type_of_form, minlength=k), np.bincount(z, minlength=k))
+        model = TwoCovariance.fit(feats, type_of_form, cfg.form_shrink) if capacity > 1 else None
+        info = {"form_capacity": capacity, "form_model_dof": model.dof if model else None, "form_merges": 0}
+        if model is None:
+            return z, info
+        proj = model.project(feats)                                                        # (m, D)
+        for _ in range(cfg.max_rounds):
+            z = np.unique(z, return_inverse=True)[1]
+            k = int(z.max()) + 1
+            type_of_form[form_of_token] = z
+            forms = np.bincount(type_of_form, minlength=k).astype(np.float64)             # (k,)
+            means = group_sums(proj, type_of_form, k) / forms[:, None]                     # (k, D)
+            u, v = form_pairs(means, forms, capacity, cfg.candidates)
+            if not len(u):
+                break
+            left, right = context_counts(z, texts, k)
+            alpha = context_prior(z, len(texts), k, cfg.context_beta)
+            gain = (cfg.w_lm * lm_gain(left, right, alpha, u, v)
+                    + cfg.w_hom * model.log_odds(means[u], forms[u], means[v], forms[v]) - cfg.w_dup * np.log(k))
+            merges = disjoint_best(u, v, gain)
+            if not merges:
+                break
+            z = apply_merges(z, merges, k)
+            info["form_merges"] += len(merges)
+            history.append({"round": len(history) + 1, "types": k - len(merges), "merges": len(merges),
+                            "best_gain": float(gain.max()), "accepted_gain": float(sum(
+                                gain[(u == a) & (v == b)][0] for a, b in merges))})
+            if ctx.log_metrics:
+                ctx.log_metrics({k_: v_ for k_, v_ in history[-1].items() if k_ != "round"}, len(history))
+        return z, info
 
     @staticmethod
     def _embedding(x: np.ndarray, z: np.ndarray, texts: list[np.ndarray], k: int, dims: int = 16) -> np.ndarray:
