@@ -41,6 +41,12 @@ the forms of one sign by different hands. Pairs that share texts keep the curren
 a few per cent of the types per round) while the gain is positive. K, the number of types, is
 where that stops: it is never given and no distance threshold is set by hand.
 
+On a clean corpus a sign seen a few times has its typeface forms in too few contexts for dL_LM to
+join them. ``join_forms`` then makes one more pass: the types the merges joined (frequent signs,
+joined by context) show what a typeface changes, a two-covariance model of the forms
+(``TwoCovariance``) scores whether two types show one sign, and no type takes more forms than a
+frequent sign shows (``form_capacity``); see ``LMSignClusterer._join_forms``.
+
 On a noisy corpus the pair model (below) is fitted on the pairs that pass a ratio test, and how
 strict that test is sets how fine the micro-clusters are and how much a close pair counts: an
 alphabet, whose signs recur in every text, wants a loose test; a script of hundreds of signs,
