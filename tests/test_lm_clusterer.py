@@ -1151,15 +1151,46 @@ def _forms_corpus(seed=0):
     return form_x[image_index].astype(np.float32), texts, image_index, z_form[image_index], form_sign[image_index]
 
 
+def _watch_form_rounds(monkeypatch):
+    """(seen, labellings): each round's candidates and gains as disjoint_best gets them, and the
+    round's labelling as apply_merges gets it (the labels u and v refer to)."""
+    seen, labellings = [], []
+    pick, merge = L.disjoint_best, L.apply_merges
+
+    def spy_pick(u, v, gain, limit=None):
+        seen.append((u.copy(), v.copy(), gain.copy()))
+        return pick(u, v, gain, limit)
+
+    def spy_merge(z, merges, k):
+        labellings.append(z.copy())
+        return merge(z, merges, k)
+    monkeypatch.setattr(L, "disjoint_best", spy_pick)
+    monkeypatch.setattr(L, "apply_merges", spy_merge)
+    return seen, labellings
+
+
+def _assert_form_gains(round_seen, z, x, texts, image_index, start_z, open_types):
+    """Every candidate's gain of one round against w_lm dL_LM + w_hom log-odds - w_dup log K written
+    out: counts by a loop, the log-odds by scipy from the model fitted on the pass's first labelling,
+    a type's mean over its forms (not its tokens), n its number of forms."""
+    u, v, gain = round_seen
+    present = np.unique(image_index)                                     # the forms some token shows
+    feats = np.array([x[image_index == f].mean(0) for f in present], dtype=np.float64)
+    first = np.unique(start_z, return_inverse=True)[1]
+    tc = L.TwoCovariance.fit(feats, np.array([first[image_index == f][0] for f in present]), 0.1)
+    type_of_form = np.array([z[image_index == f][0] for f in present])
+    k = z.max() + 1
+    assert {t for pair in zip(u, v) for t in pair} <= set(open_types)
+    for a, b, g in zip(u, v, gain):
+        fa, fb = np.flatnonzero(type_of_form == a), np.flatnonzero(type_of_form == b)
+        lo = _naive_two_covariance_log_odds(tc, feats[fa].mean(0), len(fa), feats[fb].mean(0), len(fb))
+        want = _naive_lm_gain(z, texts, z, 0.1, a, b) + lo - math.log(k)
+        assert g == pytest.approx(want, rel=1e-6, abs=1e-6)
+
+
 def test_join_forms_joins_a_rare_signs_forms_by_what_the_frequent_signs_teach(monkeypatch):
     x, texts, image_index, z, sign = _forms_corpus()
-    seen = []
-    original = L.disjoint_best
-
-    def spy(u, v, gain, limit=None):
-        seen.append((u.copy(), v.copy(), gain.copy()))
-        return original(u, v, gain, limit)
-    monkeypatch.setattr(L, "disjoint_best", spy)
+    seen, labellings = _watch_form_rounds(monkeypatch)
     model = get_clusterer("lm")
     history = []
     out, info = model._join_forms(z.copy(), x, texts, image_index, history, FitContext(seed=0, progress=False))
@@ -1167,20 +1198,9 @@ def test_join_forms_joins_a_rare_signs_forms_by_what_the_frequent_signs_teach(mo
     assert len(np.unique(out)) == 32                              # R's two forms are one type; Q stays alone
     assert v_measure_score(sign, out) == pytest.approx(1.0)
     assert len(history) == 1 and history[0]["merges"] == 1
-    # the first round's gain of every candidate: w_lm dL_LM + w_hom log-odds - w_dup log K, written out
-    u, v, gain = seen[0]
     zz = np.unique(z, return_inverse=True)[1]
-    k = zz.max() + 1
-    m = image_index.max() + 1
-    feats = np.array([x[image_index == f].mean(0) for f in range(m)], dtype=np.float64)
-    type_of_form = np.array([zz[image_index == f][0] for f in range(m)])
-    tc = L.TwoCovariance.fit(feats, type_of_form, 0.1)
-    assert {t for pair in zip(u, v) for t in pair} <= {30, 31, 32}          # only the open types
-    for a, b, g in zip(u, v, gain):
-        fa, fb = np.flatnonzero(type_of_form == a), np.flatnonzero(type_of_form == b)
-        lo = _naive_two_covariance_log_odds(tc, feats[fa].mean(0), len(fa), feats[fb].mean(0), len(fb))
-        want = _naive_lm_gain(zz, texts, zz, 0.1, a, b) + lo - math.log(k)
-        assert g == pytest.approx(want, rel=1e-6, abs=1e-6)
+    assert np.array_equal(labellings[0], zz)
+    _assert_form_gains(seen[0], zz, x, texts, image_index, z, open_types={30, 31, 32})
     # off, or with too few forms joined to learn from, nothing moves
     off = get_clusterer("lm", join_forms=False)
     assert "form_capacity" not in off.cluster(x, texts, True, image_index, None, FitContext(seed=0)).info
@@ -1188,6 +1208,79 @@ def test_join_forms_joins_a_rare_signs_forms_by_what_the_frequent_signs_teach(mo
     same, info = model._join_forms(alone.copy(), x, texts, image_index, [], FitContext(seed=0))
     assert info == {"form_capacity": 1, "form_model_dof": None, "form_merges": 0}
     assert np.array_equal(same, alone)
+
+
+def _three_faces_corpus(seed=0):
+    """As _forms_corpus with three typefaces: 30 frequent signs of three forms each, joined; a rare
+    sign R of three forms (90, 91, 92), two tokens each, each form its own type; a sign Q of one
+    form (93). Returns x, texts, image_index, the types z and the signs, per token."""
+    rng = np.random.default_rng(seed)
+    offsets = np.array([[0.0, 0.0, 0.0, 0.0], [1.5, -1.0, 0.5, 0.0], [-1.0, 0.5, 1.2, 0.3]])
+    centres = rng.normal(0, 5, (32, 4))
+    form_sign = np.r_[np.repeat(np.arange(30), 3), [30, 30, 30, 31]]                 # forms 0..93
+    face = np.r_[np.tile(np.arange(3), 30), [0, 1, 2, 0]]
+    form_x = centres[form_sign] + offsets[face] + rng.normal(0, 0.05, (94, 4))
+    extra = {2: 90, 9: 90, 14: 91, 21: 91, 27: 92, 33: 92, 36: 93}                 # text -> rare form
+    tokens, texts, n = [], [], 0
+    for t in range(40):
+        forms = [(12 * t + j) % 90 for j in range(12)] + ([extra[t]] if t in extra else [])   # every form shows
+        rng.shuffle(forms)
+        tokens += forms
+        texts.append(np.arange(n, n + len(forms)))
+        n += len(forms)
+    image_index = np.array(tokens)
+    z_form = np.r_[np.repeat(np.arange(30), 3), [30, 31, 32, 33]]
+    return form_x[image_index].astype(np.float32), texts, image_index, z_form[image_index], form_sign[image_index]
+
+
+def test_join_forms_fills_a_type_up_to_the_capacity_over_rounds(monkeypatch):
+    """Capacity 3: two of R's forms join in the first round, the third joins that two-form type in
+    the second; the second round's gains read the two-form type's mean over its forms, n = 2."""
+    x, texts, image_index, z, sign = _three_faces_corpus()
+    seen, labellings = _watch_form_rounds(monkeypatch)
+    history = []
+    out, info = get_clusterer("lm")._join_forms(z.copy(), x, texts, image_index, history, FitContext(seed=0))
+    assert info["form_capacity"] == 3 and info["form_merges"] == 2 and len(history) == 2
+    assert len(np.unique(out)) == 32 and v_measure_score(sign, out) == pytest.approx(1.0)   # R one type, Q one
+    two = np.unique(labellings[1][np.isin(image_index, [90, 91, 92])])
+    assert len(two) == 2                                           # after round 1: a two-form type and one form
+    _assert_form_gains(seen[0], labellings[0], x, texts, image_index, z, open_types={30, 31, 32, 33})
+    _assert_form_gains(seen[1], labellings[1], x, texts, image_index, z, open_types={30, 31, 32})
+
+
+def test_join_forms_skips_types_that_split_a_form():
+    x, texts, image_index, z, _ = _forms_corpus()
+    z = z.copy()
+    z[np.flatnonzero(image_index == 0)[0]] = z.max() + 1          # one token of form 0 in a type of its own
+    out, info = get_clusterer("lm")._join_forms(z.copy(), x, texts, image_index, [], FitContext(seed=0))
+    assert info == {"form_capacity": None, "form_model_dof": None, "form_merges": 0}
+    assert v_measure_score(z, out) == pytest.approx(1.0)
+
+
+def test_two_covariance_shrinks_w_towards_its_diagonal():
+    rng = np.random.default_rng(3)
+    n_signs, cov_w = 800, np.array([[1.0, 0.8], [0.8, 1.0]])
+    labels = np.repeat(np.arange(n_signs), 3)
+    feats = rng.normal(0, 5, (n_signs, 2))[labels] + rng.multivariate_normal([0, 0], cov_w, len(labels))
+    for shrink in (0.0, 0.5):
+        inv = np.linalg.inv(L.TwoCovariance.fit(feats, labels, shrink=shrink).basis)
+        w = inv.T @ inv
+        assert w[0, 1] == pytest.approx((1 - shrink) * 0.8, abs=0.06)
+        assert np.allclose(np.diag(w), 1.0, atol=0.1)
+
+
+def test_two_covariance_floors_a_negative_between_variance_and_refuses_a_zero_w():
+    rng = np.random.default_rng(4)
+    n_signs = 50
+    labels = np.repeat(np.arange(n_signs), 3)
+    spread = rng.uniform(0.5, 1.5, n_signs)[labels] * np.tile([-1.0, 0.0, 1.0], n_signs)
+    feats = np.c_[rng.normal(0, 5, n_signs)[labels] + rng.normal(0, 0.3, len(labels)), 2.0 + spread]
+    model = L.TwoCovariance.fit(feats, labels, shrink=0.0)       # every type's mean y is 2: B's estimate < 0 there
+    assert model.between.min() == 1e-3
+    a = model.project(feats[[0, 3]])
+    assert np.all(np.isfinite(model.log_odds(a[:1], np.ones(1), a[1:], np.ones(1))))
+    same = np.repeat(rng.normal(0, 5, (n_signs, 2)), 3, axis=0)    # forms identical within each type: W = 0
+    assert L.TwoCovariance.fit(same, labels, shrink=0.1) is None
 
 
 def test_a_clean_fit_reports_its_form_pass():

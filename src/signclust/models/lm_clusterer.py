@@ -798,7 +798,7 @@ class TwoCovariance:
         """``feats`` (m, D) one row per form, ``labels`` (m,) its type. W: the forms' scatter about
         their type's mean, over the types of at least two forms, shrunk by ``shrink`` towards its
         diagonal; B: the scatter of the types' means less their expected share of W. None where W
-        rests on fewer degrees of freedom than dimensions (too few types of several forms)."""
+        rests on fewer degrees of freedom than dimensions (too few types of several forms) or is zero."""
         k = int(labels.max()) + 1
         n = np.bincount(labels, minlength=k).astype(np.float64)
         means = group_sums(feats, labels, k) / np.maximum(n, 1)[:, None]             # (k, D)
@@ -813,6 +813,8 @@ class TwoCovariance:
         spread = means[n > 0] - centre
         between = spread.T @ spread / len(spread) - within * np.mean(1.0 / n[n > 0])
         ew, vw = np.linalg.eigh(within)
+        if ew.max() <= 1e-12 * feats.var(0).sum():         # the forms of a type never differ
+            return None
         whiten = vw / np.sqrt(np.maximum(ew, ew.max() * 1e-6))                          # W -> identity
         lam, rot = np.linalg.eigh(whiten.T @ between @ whiten)
         return cls(centre, whiten @ rot, np.maximum(lam, 1e-3), dof)
@@ -1043,7 +1045,9 @@ class LMSignClusterer(Clusterer):
 
             w_lm dL_LM(u, v) + w_hom log-odds(u, v one sign) - w_dup log K
 
-        is positive: the prior odds of picking one type out of K, as ``dup_prior``'s floor.
+        is positive: the prior odds of picking one type out of K (``dup_prior`` at rank K, without
+        its ``rank_c0``). Where the types do not keep each form whole (micro-clusters from k-means,
+        above ``max_types`` distinct images) a type is not a set of forms and the pass is skipped.
         Returns the labels and what the pass found (capacity, the model's degrees of freedom, merges)."""
         cfg = self.cfg
         form_of_token = np.unique(image_index, return_inverse=True)[1]
@@ -1052,6 +1056,8 @@ class LMSignClusterer(Clusterer):
         z = np.unique(z, return_inverse=True)[1]
         type_of_form = np.zeros(m, np.int64)
         type_of_form[form_of_token] = z
+        if not np.array_equal(type_of_form[form_of_token], z):           # a form split between types
+            return z, {"form_capacity": None, "form_model_dof": None, "form_merges": 0}
         k = int(z.max()) + 1
         capacity = form_capacity(np.bincount(type_of_form, minlength=k), np.bincount(z, minlength=k))
         model = TwoCovariance.fit(feats, type_of_form, cfg.form_shrink) if capacity > 1 else None
