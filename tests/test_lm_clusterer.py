@@ -1112,15 +1112,17 @@ def test_form_pairs_are_the_open_types_that_fit_together():
     naive = [(a, b) for a in range(8) for b in range(a + 1, 8) if forms[a] < 3 and forms[b] < 3
              and forms[a] + forms[b] <= 3]
     assert list(zip(u.tolist(), v.tolist())) == naive
-    u, v = L.form_pairs(means, forms, capacity=3, k_nn=1)                  # nearest open type only
-    open_ = [a for a in range(8) if forms[a] < 3]
+    u, v = L.form_pairs(means, forms, capacity=3, k_nn=1)                  # the nearest type with room only
     near = set()
-    for a in open_:
-        b = min((c for c in open_ if c != a), key=lambda c: np.linalg.norm(means[a] - means[c]))
-        if forms[a] + forms[b] <= 3:
-            near.add((min(a, b), max(a, b)))
+    for a in (a for a in range(8) if forms[a] < 3):
+        b = min((c for c in range(8) if c != a and forms[a] + forms[c] <= 3),
+                key=lambda c: np.linalg.norm(means[a] - means[c]))
+        near.add((min(a, b), max(a, b)))
     assert set(zip(u.tolist(), v.tolist())) == near
     assert len(L.form_pairs(means, np.full(8, 3.0), capacity=3, k_nn=4)[0]) == 0
+    # a two-form type whose nearest open type holds two forms too still finds the one-form type beyond
+    u, v = L.form_pairs(np.array([[0.0], [0.1], [1.0]]), np.array([2.0, 2.0, 1.0]), capacity=3, k_nn=1)
+    assert list(zip(u.tolist(), v.tolist())) == [(0, 2), (1, 2)]
 
 
 def _forms_corpus(seed=0):

@@ -835,17 +835,21 @@ class TwoCovariance:
 
 def form_pairs(means: np.ndarray, forms: np.ndarray, capacity: int, k_nn: int) -> tuple[np.ndarray, np.ndarray]:
     """Candidate pairs (u, v), u < v, of types that may be forms of one sign: together at most
-    ``capacity`` forms, v among u's ``k_nn`` nearest such types in the projected space (or u
-    among v's). ``means`` (k, D) the types' projected means."""
+    ``capacity`` forms, v among u's ``k_nn`` nearest types that have room for u's forms, in the
+    projected space (or u among v's). ``means`` (k, D) the types' projected means."""
     from sklearn.neighbors import NearestNeighbors
-    open_ = np.flatnonzero(forms < capacity)                        # types with room for another form
-    if len(open_) < 2:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    kn = min(k_nn, len(open_) - 1)
-    nb = NearestNeighbors(n_neighbors=kn + 1).fit(means[open_]).kneighbors(means[open_], return_distance=False)
-    u, v = np.repeat(open_, kn + 1), open_[nb.ravel()]
-    keep = (u != v) & (forms[u] + forms[v] <= capacity)
-    pairs = np.unique(np.stack([np.minimum(u, v), np.maximum(u, v)], 1)[keep], axis=0)
+    parts = [np.zeros((0, 2), np.int64)]
+    for n in np.unique(forms[forms < capacity]):                 # u's of n forms, against the types of room
+        query = np.flatnonzero(forms == n)
+        fits = np.flatnonzero(forms <= capacity - n)
+        kn = min(k_nn + int(2 * n <= capacity), len(fits))         # + 1 where u is among them (itself)
+        if kn < 1:
+            continue
+        nb = NearestNeighbors(n_neighbors=kn).fit(means[fits]).kneighbors(means[query], return_distance=False)
+        u, v = np.repeat(query, kn), fits[nb.ravel()]
+        keep = u != v
+        parts.append(np.stack([np.minimum(u, v), np.maximum(u, v)], 1)[keep])
+    pairs = np.unique(np.concatenate(parts), axis=0)
     return pairs[:, 0], pairs[:, 1]
 
 
