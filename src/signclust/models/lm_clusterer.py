@@ -853,6 +853,17 @@ def form_pairs(means: np.ndarray, forms: np.ndarray, capacity: int, k_nn: int) -
     return pairs[:, 0], pairs[:, 1]
 
 
+def record_round(history: list, k: int, merges: list, u: np.ndarray, v: np.ndarray, gain: np.ndarray,
+                 ctx: FitContext) -> None:
+    """One merge round's row of ``history`` (types after it, merges, the best and the accepted gain),
+    logged to ``ctx.log_metrics`` at step = its round: the merge loop's and the form pass's rounds alike."""
+    history.append({"round": len(history) + 1, "types": k - len(merges), "merges": len(merges),
+                    "best_gain": float(gain.max()), "accepted_gain": float(sum(
+                        gain[(u == a) & (v == b)][0] for a, b in merges))})
+    if ctx.log_metrics:
+        ctx.log_metrics({k_: v_ for k_, v_ in history[-1].items() if k_ != "round"}, len(history))
+
+
 @register
 class LMSignClusterer(Clusterer):
     name = "lm"
@@ -974,15 +985,15 @@ class LMSignClusterer(Clusterer):
                     break
                 pair = new
             z = self._merge(z, x, texts, pair, coarse, history, ctx)
-        forms = {}
+        form_info = {}
         if clean and cfg.join_forms:
-            z, forms = self._join_forms(z, x, texts, image_index, history, ctx)
+            z, form_info = self._join_forms(z, x, texts, image_index, history, ctx)
         z = np.unique(z, return_inverse=True)[1]
         k = int(z.max()) + 1
         embedding = self._embedding(x, z, texts, k)
         info = {"k_found": k, "micro_clusters": k0, "rounds": len(history), "clean_corpus": bool(clean),
                 "pair_model": dataclasses.asdict(pair) if pair else None, "setup_s": setup_s,
-                "seconds_fit": time.time() - t0, "history": history, **forms}
+                "seconds_fit": time.time() - t0, "history": history, **form_info}
         return ClusterResult(z, embedding, info)
 
     def _merge(self, z, x, texts, pair, coarse, history, ctx):
@@ -1033,11 +1044,7 @@ class LMSignClusterer(Clusterer):
             if not merges:
                 break
             z = apply_merges(z, merges, k)
-            history.append({"round": len(history) + 1, "types": k - len(merges), "merges": len(merges),
-                            "best_gain": float(gain.max()), "accepted_gain": float(sum(
-                                gain[(u == a) & (v == b)][0] for a, b in merges))})
-            if ctx.log_metrics:
-                ctx.log_metrics({k_: v_ for k_, v_ in history[-1].items() if k_ != "round"}, len(history))
+            record_round(history, k, merges, u, v, gain, ctx)
         return z
 
     def _join_forms(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
@@ -1087,11 +1094,7 @@ class LMSignClusterer(Clusterer):
                 break
             z = apply_merges(z, merges, k)
             info["form_merges"] += len(merges)
-            history.append({"round": len(history) + 1, "types": k - len(merges), "merges": len(merges),
-                            "best_gain": float(gain.max()), "accepted_gain": float(sum(
-                                gain[(u == a) & (v == b)][0] for a, b in merges))})
-            if ctx.log_metrics:
-                ctx.log_metrics({k_: v_ for k_, v_ in history[-1].items() if k_ != "round"}, len(history))
+            record_round(history, k, merges, u, v, gain, ctx)
         return z, info
 
     @staticmethod
