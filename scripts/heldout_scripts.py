@@ -3,6 +3,7 @@
     .venv/bin/python scripts/heldout_scripts.py                 # -> reports/heldout_scripts.md
     .venv/bin/python scripts/heldout_scripts.py --scripts armenian --seeds 0
     .venv/bin/python scripts/heldout_scripts.py --set refits=1 --out reports/heldout_scripts_refits1.md
+    .venv/bin/python scripts/heldout_scripts.py --regimes free --out reports/heldout_scripts_free.md
 
 The suite builder (data/suite.py) knows more scripts than the default suite scores
 (params.yaml ``prepare.suite.scripts``): Armenian (60 signs) and Ethiopic (135 signs, an abugida)
@@ -67,12 +68,15 @@ def parse_changes(items: list[str]) -> dict:
     return changes
 
 
-def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, changes: dict | None = None) -> str:
+def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, changes: dict | None = None,
+             regimes: tuple = suite.REGIMES) -> str:
     ours, ref = ROWS[0], targets["margin_over"]
     lines = ["# Held-out scripts: the suite's targets on scripts no default was chosen on", "",
              f"Written by `scripts/heldout_scripts.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
-             f"Scripts {', '.join(scripts)}, built by the suite's builder (`data/suite.py`) in all three "
-             "regimes and kept out of the scored suite, of the tuning studies and of every default. "
+             f"Scripts {', '.join(scripts)}, built by the suite's builder (`data/suite.py`) in "
+             + ("all three regimes" if tuple(regimes) == tuple(suite.REGIMES) else
+                f"the regime{'s' if len(regimes) > 1 else ''} {', '.join(regimes)}")
+             + " and kept out of the scored suite, of the tuning studies and of every default. "
              f"`{ours}` is never given K; the Ward references are given K true."
              + (f" `{ours}` changed by {', '.join(f'`{k}: {v}`' for k, v in changes.items())}." if changes else ""),
              "",
@@ -106,12 +110,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scripts", nargs="+", default=["armenian", "ethiopic"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--regimes", nargs="+", default=list(suite.REGIMES), choices=suite.REGIMES)
     ap.add_argument("--out", help="default reports/heldout_scripts.md")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help=f"change {ROWS[0]}'s parameters")
     args = ap.parse_args(argv)
     params = load_params()
     changes = parse_changes(args.set)
-    out = report_path(args.out, "heldout_scripts.md", ("--set",), bool(changes))
+    out = report_path(args.out, "heldout_scripts.md", ("--set", "--regimes"),
+                      bool(changes) or tuple(args.regimes) != tuple(suite.REGIMES))
     method, cfg, _ = run_config(ROWS[0], params)
     get_clusterer(method, **{**cfg, **changes})                    # an unknown or bad value: one line, now
     scored = set(params["prepare"]["suite"]["scripts"])
@@ -121,7 +127,7 @@ def main(argv=None):
     targets = params["report"]["suite"]["targets"]
     table: dict = {}
     for script in args.scripts:
-        for reg in suite.REGIMES:
+        for reg in args.regimes:
             name = f"{script}_{reg}"
             corpus = suite.build(name, params["prepare"])
             table[name] = {"k_true": corpus.counts()["types"]}
@@ -130,7 +136,7 @@ def main(argv=None):
                                     for s in args.seeds]
             print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
                   flush=True)
-    text = markdown(table, args.seeds, args.scripts, targets, changes)
+    text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes)
     atomic_write_text(out, text)
     print(text)
 

@@ -37,8 +37,17 @@ def test_changes_are_read_as_yaml_named_in_the_table_and_need_their_own_out(cli_
     table = {"x_free": {"k_true": 50, "lm": [(0.98, 50, 1.0)], "ward_pixels": [(0.90, 50, 0.1)],
                         "ward_glyphs": [(0.91, 50, 0.1)]}}
     assert "`lm` changed by `refits: 1`." in heldout.markdown(table, [0], ["x"], TARGETS, {"refits": 1})
-    for argv, message in ((["--set", "refits=1"], "--set makes another study than reports/heldout_scripts.md: "
-                                                  "give it its own --out"),
+    for argv, message in ((["--set", "refits=1"], "--set or --regimes make another study than "
+                                                  "reports/heldout_scripts.md: give it its own --out"),
                           (["--set", "refits"], "--set 'refits': expected KEY=VALUE, e.g. --set refits=1"),
                           (["--set", "refits=-1", "--out", "x.md"], "refits")):
         cli_error(heldout.main, argv, message)
+
+
+def test_a_subset_of_regimes_is_named_and_needs_its_own_out(cli_error):
+    table = {"x_free": {"k_true": 50, "lm": [(0.98, 50, 1.0)], "ward_pixels": [(0.90, 50, 0.1)],
+                        "ward_glyphs": [(0.91, 50, 0.1)]}}
+    assert "in the regime free and kept out" in heldout.markdown(table, [0], ["x"], TARGETS, regimes=("free",))
+    assert "in all three regimes and kept out" in heldout.markdown(table, [0], ["x"], TARGETS)
+    cli_error(heldout.main, ["--regimes", "free"], "--set or --regimes make another study than "
+                                                   "reports/heldout_scripts.md: give it its own --out")

@@ -137,6 +137,39 @@ def test_polarity_same_result_for_inverted_input():
     assert_normalised(a)
 
 
+def _letter_e(ink: int, paper: int, pad: int) -> Image.Image:
+    """A sans-serif E (a stem and three bars: ink along three sides of its box, 38% of its area) on
+    ``pad`` px of paper."""
+    im = Image.new("L", (30 + 2 * pad, 40 + 2 * pad), paper)
+    d = ImageDraw.Draw(im)
+    for box in [(0, 0, 3, 39), (0, 0, 29, 3), (0, 18, 25, 21), (0, 36, 29, 39)]:
+        d.rectangle([box[0] + pad, box[1] + pad, box[2] + pad, box[3] + pad], fill=ink)
+    return im
+
+
+@pytest.mark.parametrize("ink, paper", [(0, 255), (255, 0)])
+def test_a_crop_cut_tight_to_the_ink_keeps_its_polarity(ink, paper):
+    """Cut to the ink's box, an E has ink on most of its border (the old rule, the border's majority
+    tone, took the ink for the background and returned the sign inverted): the same glyph as with a
+    margin of paper."""
+    with_margin = normalise_image(_letter_e(ink, paper, pad=10), SIZE)
+    tight = normalise_image(_letter_e(ink, paper, pad=0), SIZE)
+    assert_normalised(with_margin)
+    assert np.array_equal(tight, with_margin)
+    assert tight[14, 30] < 20 and tight[23, 30] > 200      # between the bars background, the middle bar ink
+
+
+def test_a_margin_of_one_tone_decides_even_for_a_sign_of_mostly_ink():
+    """A heavy sign (ink over 70% of the image) with a margin of paper: the border is one tone and
+    decides, whatever most pixels are."""
+    im = Image.new("L", (50, 50), 255)
+    ImageDraw.Draw(im).rectangle([3, 3, 46, 46], fill=0)
+    ImageDraw.Draw(im).rectangle([20, 20, 28, 28], fill=255)          # a small counter
+    out = normalise_image(im, SIZE)
+    assert_normalised(out)
+    assert out[int(CENTRE), int(CENTRE)] < 20 and out[10, 10] > 200    # the counter dark, the ink bright
+
+
 def test_sixteen_bit_grayscale(tmp_path):
     arr = np.full((60, 90), 60000, np.uint16)         # white paper
     arr[25:35, 10:80] = 4000                          # dark ink: a wide bar

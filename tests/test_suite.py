@@ -185,6 +185,20 @@ def test_images_are_normalised_like_an_import(built, name):
         assert img[0].max() == img[-1].max() == img[:, 0].max() == img[:, -1].max() == 0   # dark border
 
 
+@pytest.mark.parametrize("font, ch", [("NotoSans-Regular.ttf", "E"), ("NotoSans-Regular.ttf", "M"),
+                                      ("NotoSans-Regular.ttf", "l"), ("DejaVuSerif.ttf", "Σ"), ("ipag.ttf", "一")])
+def test_clean_glyphs_keep_their_polarity(font, ch):
+    """Signs whose strokes run along their box (cut tight to the ink, most of the border is ink):
+    the clean glyph (free regime, contact sheets) fills as much of its ink box as the font's
+    outline does; drawn without a margin they came out inverted (E, M, Σ) or blank (l, 一)."""
+    outline = suite.outline_glyph(font, ch)
+    glyph = suite.clean_glyph(font, ch, 48) / 255.0
+    ys, xs = np.nonzero(glyph > 0.1)
+    assert len(ys), "blank"
+    box = glyph[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+    assert abs((box > 0.5).mean() - (outline > 0.5).mean()) < 0.15       # antialiasing of a 5 px stem: 0.14
+
+
 def test_handwriting_varies_more_than_hands(built):
     """Per sign, the mean pixel spread across tokens: handwriting > hands > free (= fonts only)."""
     def spread(corpus):

@@ -61,6 +61,16 @@ def normalise_image(img: Image.Image, size: int, margin: float = 0.08) -> np.nda
     return normalise_and_check(img, size, margin)[0]
 
 
+def tight_crop(gray: np.ndarray, border: np.ndarray, flip: bool) -> bool:
+    """A crop cut tight to the ink (a segmenter's bounding box) of a sign whose strokes run along
+    its box (E, M, Г, 一): ink covers most of the border, so the border's majority tone is the
+    ink's, while most of the image is background. Said of a border that is mixed (10-90% of it
+    bright) whose majority tone (``flip``: bright) is the minority tone of the whole image; a
+    border of one tone is a margin, and decides."""
+    bright_border = float((border > 0.5).mean())
+    return 0.1 < bright_border < 0.9 and bool((gray > 0.5).mean() > 0.5) != flip
+
+
 def normalise_and_check(img: Image.Image, size: int, margin: float = 0.08) -> tuple[np.ndarray, str | None]:
     """(the normalised glyph, None) or (it, why the image is blank or near-blank)."""
     if _has_alpha(img):
@@ -74,9 +84,12 @@ def normalise_and_check(img: Image.Image, size: int, margin: float = 0.08) -> tu
         gray = np.asarray(img.convert("L"), dtype=np.float32) / 255.0
     # the background is the majority tone along the border: make it dark
     border = np.concatenate([gray[0], gray[-1], gray[:, 0], gray[:, -1]])
-    if np.median(border) > 0.5:
+    # (cut tight to the ink, the border is mostly ink: then the whole image's majority tone)
+    flip = bool(np.median(border) > 0.5)
+    tight = tight_crop(gray, border, flip)
+    if flip != tight:                                   # a bright background
         gray, border = 1.0 - gray, 1.0 - border
-    gray = np.clip(gray - np.median(border), 0, None)
+    gray = np.clip(gray - np.median(gray if tight else border), 0, None)
     peak = gray.max()
     problem = None
     if peak < BLANK_CONTRAST:

@@ -133,6 +133,7 @@ FONT_PACKAGES = [
 MASTER_PX = 64     # outline glyphs are drawn at this font size (pixels per em) before warping
 HERSHEY_PX = 3.0   # pixels per Hershey font unit (a capital is ~21 units high)
 SUPERSAMPLE = 4    # Hershey strokes are drawn at 4x and box-filtered down
+CLEAN_MARGIN = 4   # master pixels of background around an undistorted (``free``) glyph
 
 
 # -- names -------------------------------------------------------------------------------------
@@ -416,6 +417,15 @@ def warp(glyph: np.ndarray, *, rotate: float, shear: float, aspect: float, field
     return ndimage.map_coordinates(canvas, [yr + c, xr + c], order=1, mode="constant", cval=0.0)
 
 
+def clean_glyph(font: str, ch: str, size: int) -> np.ndarray:
+    """The undistorted glyph (``free`` regime, contact sheets, confusable pairs), normalised.
+
+    Drawn with a background margin, as every crop the importer sees has: cut tight to the ink, a
+    sign whose strokes run along its box (E, M, Г, 一) has ink on most of the border, which the
+    importer's polarity rule would take for the background (the sign inverted, a bar blank)."""
+    return finish(np.pad(outline_glyph(font, ch), CLEAN_MARGIN), size)
+
+
 def finish(canvas: np.ndarray, size: int, rng: np.random.Generator | None = None, noise: float = 0.0) -> np.ndarray:
     """Ink texture (multiplicative noise on the ink only), then the importer's normalisation."""
     img = np.clip(canvas, 0.0, 1.0)
@@ -552,7 +562,7 @@ class SuiteRenderer:
         return self._stroked[key]
 
     def clean(self, font: str, ch: str) -> np.ndarray:
-        return finish(outline_glyph(font, ch), self.size)
+        return clean_glyph(font, ch, self.size)
 
     def token(self, ch: str, text_id: str, position: int, hand: dict | None = None, font: str | None = None):
         if self.regime == "free":
@@ -591,7 +601,7 @@ def confusable_pairs(signs, fonts, size: int = 48, threshold: float = CONFUSABLE
     signs = sorted(set(signs))
     out = {}
     for font in fonts:
-        imgs = np.stack([finish(outline_glyph(font, ch), size) for ch in signs]).reshape(len(signs), -1) / 255.0
+        imgs = np.stack([clean_glyph(font, ch, size) for ch in signs]).reshape(len(signs), -1) / 255.0
         pairs = []
         for i in range(len(signs)):
             d = np.abs(imgs[i + 1:] - imgs[i]).mean(1)
@@ -669,7 +679,7 @@ def references(name: str, params: dict, labels) -> dict:
     """Clean glyph (first font of the script) of each label, for contact sheets."""
     script, _ = parse_name(name)
     font = params["suite"]["fonts"][script][0]
-    return {lab: finish(outline_glyph(font, label_char(lab)), int(params["image_size"])) for lab in labels}
+    return {lab: clean_glyph(font, label_char(lab), int(params["image_size"])) for lab in labels}
 
 
 def label_char(label: str) -> str:
