@@ -1137,7 +1137,7 @@ def _forms_corpus(seed=0):
     form_x = np.concatenate([centres, centres + offset]) + rng.normal(0, 0.05, (64, 4))   # form f: sign f % 32
     form_sign = np.arange(64) % 32
     frequent = [f for f in range(64) if form_sign[f] < 30]
-    tokens, texts, n = [], [], 0
+    text_forms = []
     for t in range(40):
         forms = list(rng.choice(frequent, 12, replace=False))
         if t in (3, 17):
@@ -1145,11 +1145,18 @@ def _forms_corpus(seed=0):
         if t == 25:
             forms.append(31)                                                 # Q: one form
         rng.shuffle(forms)
-        tokens += forms
-        texts.append(np.arange(n, n + len(forms)))
-        n += len(forms)
-    image_index = np.array(tokens)
+        text_forms.append(forms)
     z_form = np.array([s if s < 30 else {30: 30, 62: 31, 31: 32, 63: 33}[f] for f, s in enumerate(form_sign)])
+    return _tokens_of(text_forms, form_x, z_form, form_sign)
+
+
+def _tokens_of(text_forms: list, form_x: np.ndarray, z_form: np.ndarray, form_sign: np.ndarray):
+    """Texts given as lists of forms -> the tokens' features x, the texts (token indices), the
+    image_index (a token's form), the types z and the signs, per token."""
+    lengths = [len(forms) for forms in text_forms]
+    starts = np.cumsum([0] + lengths)
+    texts = [np.arange(a, a + k) for a, k in zip(starts, lengths)]
+    image_index = np.array([f for forms in text_forms for f in forms])
     return form_x[image_index].astype(np.float32), texts, image_index, z_form[image_index], form_sign[image_index]
 
 
@@ -1223,16 +1230,13 @@ def _three_faces_corpus(seed=0):
     face = np.r_[np.tile(np.arange(3), 30), [0, 1, 2, 0]]
     form_x = centres[form_sign] + offsets[face] + rng.normal(0, 0.05, (94, 4))
     extra = {2: 90, 9: 90, 14: 91, 21: 91, 27: 92, 33: 92, 36: 93}                 # text -> rare form
-    tokens, texts, n = [], [], 0
+    text_forms = []
     for t in range(40):
         forms = [(12 * t + j) % 90 for j in range(12)] + ([extra[t]] if t in extra else [])   # every form shows
         rng.shuffle(forms)
-        tokens += forms
-        texts.append(np.arange(n, n + len(forms)))
-        n += len(forms)
-    image_index = np.array(tokens)
+        text_forms.append(forms)
     z_form = np.r_[np.repeat(np.arange(30), 3), [30, 31, 32, 33]]
-    return form_x[image_index].astype(np.float32), texts, image_index, z_form[image_index], form_sign[image_index]
+    return _tokens_of(text_forms, form_x, z_form, form_sign)
 
 
 def test_join_forms_fills_a_type_up_to_the_capacity_over_rounds(monkeypatch):
