@@ -74,7 +74,7 @@ def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, c
     lines = ["# Held-out scripts: the suite's targets on scripts no default was chosen on", "",
              f"Written by `scripts/heldout_scripts.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
              f"Scripts {', '.join(scripts)}, built by the suite's builder (`data/suite.py`) in "
-             + ("all three regimes" if tuple(regimes) == tuple(suite.REGIMES) else
+             + ("all three regimes" if set(regimes) == set(suite.REGIMES) else
                 f"the regime{'s' if len(regimes) > 1 else ''} {', '.join(regimes)}")
              + " and kept out of the scored suite, of the tuning studies and of every default. "
              f"`{ours}` is never given K; the Ward references are given K true."
@@ -117,7 +117,7 @@ def main(argv=None):
     params = load_params()
     changes = parse_changes(args.set)
     out = report_path(args.out, "heldout_scripts.md", ("--set", "--regimes"),
-                      bool(changes) or tuple(args.regimes) != tuple(suite.REGIMES))
+                      bool(changes) or set(args.regimes) != set(suite.REGIMES))
     method, cfg, _ = run_config(ROWS[0], params)
     get_clusterer(method, **{**cfg, **changes})                    # an unknown or bad value: one line, now
     scored = set(params["prepare"]["suite"]["scripts"])
