@@ -159,6 +159,14 @@ def markdown(rows: dict, seed: int, min_tokens: int, purity: float) -> str:
     return "\n".join(lines + [""])
 
 
+def lm_row(params: dict, purpose: str) -> dict:
+    """``runs.lm``'s configuration of method lm; one error line where the row names another method."""
+    method, row_cfg, _ = run_config("lm", params)
+    if method != "lm":
+        raise UserError(f"runs.lm uses method {method}; this study {purpose}")
+    return row_cfg
+
+
 @cli_main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -171,9 +179,7 @@ def main(argv=None):
     if not 0 < args.purity <= 1:
         raise UserError(f"--purity {args.purity}: expected a share in (0, 1]")
     params = load_params()
-    method, row_cfg, _ = run_config("lm", params)
-    if method != "lm":
-        raise UserError(f"runs.lm uses method {method}; this study probes lm's merge loop")
+    row_cfg = lm_row(params, "probes lm's merge loop")
     rows = {}
     for name in args.corpora or noisy_corpora(params):
         corpus = load_corpus(name, params["prepare"])

@@ -1,0 +1,153 @@
+"""Signs split by hand style, joined by deciphering one style's types against the other's.
+
+A noisy corpus written in two styles (one per text: a cursive hand beside print hands, a scribal
+school beside another) shows some signs in two forms that never share a text. Context cannot join
+the two types the merge loop holds for such a sign: their neighbours are split by style too, so the
+two context distributions are over different types (reports/style_split_study.md: dL_LM -109 nats
+at the median on latin_handwriting). Reading one style as a substitution cipher of the other can:
+
+1. ``style_groups``: the texts' two styles, from the types that avoid each other's texts. Each text
+   is its counts of those *marker* types (cosine-normalised); the Fiedler vector of the normalised
+   graph Laplacian of the texts' cosine affinities is split at its largest gap. ``lambda2`` (0: two
+   groups of texts share no marker type; near 1: no structure) says how clean the split is.
+2. ``decipher``: an HMM over the minor group's texts whose hidden states are the major group's types,
+   with the major group's bigram model of its types (Dirichlet-smoothed, text boundaries as a state)
+   as transitions; the emissions P(observed type | hidden type) are learnt by EM (Baum-Welch with the
+   transitions fixed), started from the identity for the types both groups use and uniform for the
+   minor group's own types (>= 90% of their tokens there). A minor type's decoding is the hidden type
+   with the largest posterior mass over its tokens.
+3. ``align_styles``: a minor type joins its decoding where that holds at least ``p_min`` of the mass.
+
+Not yet part of ``lm``: scripts/style_alignment_study.py measures it as a pass after lm's fit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from signclust.models.lm_clusterer import avoidance
+
+
+@dataclass(frozen=True)
+class StyleSplit:
+    minor: np.ndarray      # (T,) bool: the texts of the smaller group
+    lambda2: float         # second eigenvalue of the normalised Laplacian of the texts' affinities
+    markers: np.ndarray    # the types that avoid another type's texts (the affinities' features)
+
+
+def type_counts(z: np.ndarray, texts: list[np.ndarray], k: int) -> np.ndarray:
+    """(T, k) tokens of each type in each text."""
+    counts = np.zeros((len(texts), k))
+    for j, t in enumerate(texts):
+        np.add.at(counts[j], z[t], 1.0)
+    return counts
+
+
+def style_groups(z: np.ndarray, texts: list[np.ndarray], k: int, avoid_c0: float = 6.0,
+                 min_tokens: int = 5) -> StyleSplit | None:
+    """The texts split into two styles, or None where fewer than two types of ``min_tokens`` tokens
+    avoid each other (``avoidance`` below -``avoid_c0``, lm's own test) or fewer than two texts hold
+    a marker type."""
+    size = np.bincount(z, minlength=k)
+    frequent = np.flatnonzero(size >= min_tokens)
+    if len(frequent) < 2:
+        return None
+    u, v = np.triu_indices(len(frequent), 1)
+    u, v = frequent[u], frequent[v]
+    avoiding = avoidance(z, k, texts, u, v) < -avoid_c0
+    markers = np.unique(np.r_[u[avoiding], v[avoiding]])
+    if len(markers) < 2:
+        return None
+    prof = type_counts(z, texts, k)[:, markers]                       # (T, m)
+    held = prof.sum(1) > 0
+    if held.sum() < 2:
+        return None
+    prof = prof[held] / np.linalg.norm(prof[held], axis=1, keepdims=True)
+    affinity = prof @ prof.T                                          # (T', T') cosine, >= 0
+    deg = affinity.sum(1)
+    lap = np.eye(len(deg)) - affinity / np.sqrt(np.outer(deg, deg))
+    vals, vecs = np.linalg.eigh(lap)
+    fiedler = vecs[:, 1] / np.sqrt(deg)
+    order = np.sort(fiedler)
+    gap = int(np.argmax(np.diff(order)))
+    side = np.zeros(len(texts), dtype=bool)
+    side[np.flatnonzero(held)] = fiedler > (order[gap] + order[gap + 1]) / 2
+    # texts without a marker type go with the larger group (they show no minor style)
+    minor = side if side[held].sum() <= (~side[held]).sum() else ~side & held
+    return StyleSplit(minor, float(vals[1]), markers)
+
+
+def _posteriors(obs: np.ndarray, start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
+                emit: np.ndarray) -> np.ndarray:
+    """(n, H) posterior of each hidden state at each position of one text (scaled forward-backward)."""
+    n, h = len(obs), len(start)
+    fwd, bwd = np.empty((n, h)), np.empty((n, h))
+    a = start * emit[:, obs[0]]
+    fwd[0] = a / a.sum()
+    for i in range(1, n):
+        a = (fwd[i - 1] @ trans) * emit[:, obs[i]]
+        fwd[i] = a / a.sum()
+    bwd[-1] = stop / stop.sum()
+    for i in range(n - 2, -1, -1):
+        b = trans @ (emit[:, obs[i + 1]] * bwd[i + 1])
+        bwd[i] = b / b.sum()
+    post = fwd * bwd
+    return post / post.sum(1, keepdims=True)
+
+
+def decipher(z: np.ndarray, texts: list[np.ndarray], k: int, minor: np.ndarray, iters: int = 60,
+             beta: float = 0.1, own_share: float = 0.9, min_tokens: int = 3) -> dict[int, tuple[int, float]]:
+    """{minor type: (major type, posterior share)} for the minor group's own types: the types with
+    at least ``min_tokens`` tokens in the minor group's texts and ``own_share`` of their tokens there."""
+    major_texts = [t for t, m in zip(texts, minor) if not m and len(t)]
+    minor_texts = [t for t, m in zip(texts, minor) if m and len(t)]
+    if not major_texts or not minor_texts:
+        return {}
+    in_major = np.bincount(z[np.concatenate(major_texts)], minlength=k)
+    in_minor = np.bincount(z[np.concatenate(minor_texts)], minlength=k)
+    own = np.flatnonzero((in_minor >= min_tokens) & (in_minor >= own_share * (in_major + in_minor)))
+    hidden = np.setdiff1d(np.flatnonzero(in_major > 0), own)         # an own type is not a decoding
+    if not len(own) or not len(hidden):
+        return {}
+    h = len(hidden)
+    state = np.full(k, -1)
+    state[hidden] = np.arange(h)
+    bigram = np.full((h + 1, h + 1), beta)                           # state h: the text boundary
+    for t in major_texts:
+        s = np.r_[h, state[z[t]], h]
+        np.add.at(bigram, (s[:-1], s[1:]), 1.0)
+    bigram /= bigram.sum(1, keepdims=True)
+    start, trans, stop = bigram[h, :h], bigram[:h, :h], bigram[:h, h]
+    emit = np.full((h, k), 1e-3)
+    shared = hidden[in_minor[hidden] > 0]
+    emit[state[shared], shared] += 1.0                                # a shared type reads as itself
+    emit[:, own] += 1.0 / h                                           # an own type as anything
+    emit /= emit.sum(1, keepdims=True)
+    for _ in range(iters):
+        expected = np.full((h, k), 1e-6)
+        for t in minor_texts:
+            np.add.at(expected.T, z[t], _posteriors(z[t], start, trans, stop, emit))
+        emit = expected / expected.sum(1, keepdims=True)
+    mass = np.zeros((k, h))
+    for t in minor_texts:
+        np.add.at(mass, z[t], _posteriors(z[t], start, trans, stop, emit))
+    return {int(c): (int(hidden[mass[c].argmax()]), float(mass[c].max() / mass[c].sum())) for c in own}
+
+
+def align_styles(z: np.ndarray, texts: list[np.ndarray], p_min: float = 0.5, avoid_c0: float = 6.0,
+                 iters: int = 60) -> tuple[np.ndarray, dict]:
+    """z with each minor-style type joined to its decoding where the posterior share is >= p_min;
+    labels compacted. Returns (labels, info: lambda2, the groups' sizes, every decoding and the joins)."""
+    z = np.unique(z, return_inverse=True)[1]
+    k = int(z.max()) + 1
+    split = style_groups(z, texts, k, avoid_c0)
+    if split is None:
+        return z, {"lambda2": None, "minor_texts": 0, "decoded": {}, "joined": 0}
+    decoded = decipher(z, texts, k, split.minor, iters)
+    mapping = np.arange(k)
+    joins = {c: a for c, (a, p) in decoded.items() if p >= p_min}
+    for c, a in joins.items():
+        mapping[c] = a
+    info = {"lambda2": split.lambda2, "minor_texts": int(split.minor.sum()), "decoded": decoded, "joined": len(joins)}
+    return np.unique(mapping[z], return_inverse=True)[1], info

@@ -1,0 +1,88 @@
+"""models/style_alignment.py: two styles of texts found from the types that avoid each other, and
+one style's own types deciphered into the other's on a known substitution."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from signclust.models.style_alignment import align_styles, decipher, style_groups
+
+
+def markov_texts(n_texts: int, length: int, n_signs: int, seed: int) -> list[np.ndarray]:
+    """Texts of a sparse random bigram language over n_signs signs (each sign has 3 likely successors)."""
+    rng = np.random.default_rng(seed)
+    trans = np.full((n_signs, n_signs), 0.02)
+    for s in range(n_signs):
+        trans[s, rng.choice(n_signs, 3, replace=False)] += rng.uniform(1, 3, 3)
+    trans /= trans.sum(1, keepdims=True)
+    out = []
+    for _ in range(n_texts):
+        s = [int(rng.integers(n_signs))]
+        for _ in range(length - 1):
+            s.append(int(rng.choice(n_signs, p=trans[s[-1]])))
+        out.append(np.array(s))
+    return out
+
+
+def two_styles(n_major=40, n_minor=15, length=40, n_signs=10, restyled=(1, 3, 4, 7), seed=0):
+    """Sign sequences written in two styles, as one labelling: the major texts' tokens are labelled by
+    their sign; in the minor texts the signs in ``restyled`` are written as types n_signs + sign (their
+    own forms), the others as the sign. Returns (labels z, texts as token index arrays, gold, minor mask)."""
+    seqs = markov_texts(n_major + n_minor, length, n_signs, seed)
+    z, gold, texts, pos = [], [], [], 0
+    restyled = set(restyled)
+    for j, s in enumerate(seqs):
+        minor = j >= n_major
+        z += [n_signs + c if minor and c in restyled else c for c in s.tolist()]
+        gold += s.tolist()
+        texts.append(np.arange(pos, pos + len(s)))
+        pos += len(s)
+    minor = np.r_[np.zeros(n_major, bool), np.ones(n_minor, bool)]
+    return np.array(z), texts, np.array(gold), minor
+
+
+def test_style_groups_find_the_minor_styles_texts():
+    z, texts, _, minor = two_styles()
+    split = style_groups(z, texts, int(z.max()) + 1)
+    assert split is not None
+    assert np.array_equal(split.minor, minor)
+    assert split.lambda2 < 0.05                   # the two groups share no marker type
+    # the markers are restyled signs, in either style (a sign written alike by both avoids nothing)
+    assert set(split.markers.tolist()) <= {1, 3, 4, 7, 11, 13, 14, 17} and len(split.markers) >= 6
+
+
+def test_decipher_maps_each_restyled_type_to_its_sign():
+    z, texts, _, minor = two_styles()
+    decoded = decipher(z, texts, int(z.max()) + 1, minor)
+    assert sorted(decoded) == [11, 13, 14, 17]
+    assert {c: a for c, (a, _) in decoded.items()} == {11: 1, 13: 3, 14: 4, 17: 7}
+    assert all(p > 0.5 for _, p in decoded.values())
+
+
+def test_align_styles_recovers_the_signs():
+    z, texts, gold, _ = two_styles()
+    aligned, info = align_styles(z, texts)
+    assert info["joined"] == 4 and info["minor_texts"] == 15
+    assert np.array_equal(np.unique(gold, return_inverse=True)[1], aligned)
+
+
+def test_one_style_is_left_alone():
+    z, texts, gold, _ = two_styles(restyled=())
+    aligned, info = align_styles(z, texts)
+    assert info == {"lambda2": None, "minor_texts": 0, "decoded": {}, "joined": 0}
+    assert np.array_equal(aligned, np.unique(z, return_inverse=True)[1])
+
+
+def test_a_join_needs_the_posterior_share():
+    z, texts, _, _ = two_styles()
+    aligned, info = align_styles(z, texts, p_min=1.0 + 1e-9)
+    assert info["joined"] == 0 and len(info["decoded"]) == 4
+    assert int(aligned.max()) + 1 == 14
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_other_languages_and_sizes(seed):
+    z, texts, gold, _ = two_styles(n_major=30, n_minor=12, n_signs=12, restyled=(0, 5, 6, 9, 11), seed=seed)
+    aligned, info = align_styles(z, texts)
+    assert info["joined"] == 5
+    assert np.array_equal(np.unique(gold, return_inverse=True)[1], aligned)
