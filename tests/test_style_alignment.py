@@ -86,3 +86,18 @@ def test_other_languages_and_sizes(seed):
     aligned, info = align_styles(z, texts)
     assert info["joined"] == 5
     assert np.array_equal(np.unique(gold, return_inverse=True)[1], aligned)
+
+
+def test_degenerate_labellings_are_left_alone():
+    one_type = np.zeros(30, dtype=np.int64)
+    texts = [np.arange(i, i + 10) for i in range(0, 30, 10)]
+    assert style_groups(one_type, texts, 1) is None
+    aligned, info = align_styles(one_type, texts)
+    assert info["joined"] == 0 and np.array_equal(aligned, one_type)
+    # one-token texts: two frequent types that never share a text avoid each other and split the
+    # texts in two, but no text holds a pair of neighbours, so nothing is deciphered or joined
+    # (with one hidden state, every decoding would hold all the mass)
+    z = np.r_[np.zeros(30, np.int64), np.ones(30, np.int64)]
+    single = [np.array([i]) for i in range(60)]
+    aligned, info = align_styles(z, single)
+    assert info["minor_texts"] == 30 and info["decoded"] == {} and np.array_equal(aligned, z)

@@ -99,9 +99,11 @@ def _posteriors(obs: np.ndarray, start: np.ndarray, trans: np.ndarray, stop: np.
 def decipher(z: np.ndarray, texts: list[np.ndarray], k: int, minor: np.ndarray, iters: int = 60,
              beta: float = 0.1, own_share: float = 0.9, min_tokens: int = 3) -> dict[int, tuple[int, float]]:
     """{minor type: (major type, posterior share)} for the minor group's own types: the types with
-    at least ``min_tokens`` tokens in the minor group's texts and ``own_share`` of their tokens there."""
-    major_texts = [t for t, m in zip(texts, minor) if not m and len(t)]
-    minor_texts = [t for t, m in zip(texts, minor) if m and len(t)]
+    at least ``min_tokens`` tokens in the minor group's texts and ``own_share`` of their tokens there.
+    Texts of one token are left out (no neighbours); {} where either group has no longer text."""
+    # a text of one token holds no pair of neighbours: nothing to decipher with
+    major_texts = [t for t, m in zip(texts, minor) if not m and len(t) >= 2]
+    minor_texts = [t for t, m in zip(texts, minor) if m and len(t) >= 2]
     if not major_texts or not minor_texts:
         return {}
     in_major = np.bincount(z[np.concatenate(major_texts)], minlength=k)
