@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from pair_model_calibration import load_corpus, noisy_corpora  # noqa: E402
-from style_split_study import lm_row  # noqa: E402  (runs.lm's configuration, checked)
+from style_split_study import lm_row, majority_signs  # noqa: E402  (runs.lm checked; majority sign per type)
 from signclust.config import load_params  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
@@ -33,14 +33,13 @@ from signclust.models.style_alignment import align_styles  # noqa: E402
 
 
 def right_joins(z: np.ndarray, decoded: dict, p_min: float, gold: np.ndarray) -> int:
-    """Joins (posterior share >= p_min) of two types whose majority gold sign is the same."""
-    majority = lambda t: np.bincount(gold[z == t]).argmax()  # noqa: E731
-    return sum(majority(c) == majority(a) for c, (a, p) in decoded.items() if p >= p_min)
+    """Joins (posterior share >= p_min) of two types whose majority gold sign is the same; z compact."""
+    majority = majority_signs(z, gold)[0]
+    return sum(majority[c] == majority[a] for c, (a, p) in decoded.items() if p >= p_min)
 
 
 def study(corpus, row_cfg: dict, seed: int, p_min: float) -> dict:
-    method = "lm"
-    result = get_clusterer(method, **row_cfg).fit(corpus, FitContext(seed=seed, n_clusters=None, device="cpu",
+    result = get_clusterer("lm", **row_cfg).fit(corpus, FitContext(seed=seed, n_clusters=None, device="cpu",
                                                                      progress=False))
     gold = np.asarray(corpus.labels())
     z = np.unique(np.asarray(result.labels), return_inverse=True)[1]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 from pathlib import Path
 
@@ -33,7 +32,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from pair_model_calibration import load_corpus, noisy_corpora  # noqa: E402
-from signclust.config import load_params  # noqa: E402
+from signclust.config import load_params, numeric_platform  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
@@ -56,13 +55,20 @@ class Probe(lm.LMSignClusterer):
         return z
 
 
+def majority_signs(z: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(k,) each type's majority gold sign (the smallest on a tie) and the share of its tokens that
+    sign holds; z compact (0 .. k-1), as ``np.unique(..., return_inverse=True)`` gives."""
+    from sklearn.metrics.cluster import contingency_matrix
+    signs = np.unique(gold)
+    cm = contingency_matrix(gold, z)                                          # (signs, k)
+    return signs[cm.argmax(0)], cm.max(0) / cm.sum(0)
+
+
 def splits(z: np.ndarray, gold: np.ndarray, min_tokens: int, purity: float) -> list[tuple[int, int]]:
     """(main, split) type pairs: ``split`` holds >= min_tokens tokens, >= purity of them one gold sign,
     and ``main`` is the largest type whose majority is that sign."""
-    k = int(z.max()) + 1
-    size = np.bincount(z, minlength=k)
-    maj = np.array([np.bincount(gold[z == t]).argmax() for t in range(k)])
-    pur = np.array([np.bincount(gold[z == t]).max() / size[t] for t in range(k)])
+    size = np.bincount(z)
+    maj, pur = majority_signs(z, gold)
     out = []
     for sign in np.unique(maj):
         ts = np.flatnonzero(maj == sign)
@@ -128,12 +134,7 @@ def study(name: str, corpus, row_cfg: dict, seed: int, min_tokens: int, purity: 
 
 
 def markdown(rows: dict, seed: int, min_tokens: int, purity: float) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = numeric_platform()["cpu"].get("model name", "an unnamed CPU")
     lines = ["# Where lm's extra types come from: signs split by hand style", "",
              f"Written by `scripts/style_split_study.py` (seed {seed}, `runs.lm` as configured, fitted on {cpu}). "
              f"A *split*: a type of ≥ {min_tokens} tokens, ≥ {purity:.0%} one gold sign, whose sign is also the "
