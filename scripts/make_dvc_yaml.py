@@ -32,11 +32,12 @@ CODES = "src/signclust/models/baselines/_codes.py"
 GLYPHS = "src/signclust/data/glyphs.py"
 MERGING = "src/signclust/models/merging.py"
 ENCODER = "src/signclust/models/visual_encoder.py"
+STYLE = "src/signclust/models/style_alignment.py"      # lm's pass after the fit
 # what the distance stage computes with, and what a model reading its outputs computes on demand with
 METRIC = ["src/signclust/distances/l1.py", "src/signclust/distances/hamming.py", "src/signclust/distances/metrics.py"]
 # train group -> (rows, files besides CORE (``{run}`` = the row's method file), needs distances, models key, seed set)
 GROUPS = {
-    "lm": (["lm"], ["src/signclust/models/lm_clusterer.py", ENCODER, MERGING, GLYPHS, NETS], False, False, None),
+    "lm": (["lm"], ["src/signclust/models/lm_clusterer.py", STYLE, ENCODER, MERGING, GLYPHS, NETS], False, False, None),
     "lm_gradient": (["lm_v1", "lm_seed"], ["src/signclust/models/lm_gradient.py", GLYPHS, NETS] + METRIC,
                     True, False, None),
     "classical": (["ward_pixels", "ward_glyphs", "kmeans", "ward", "dpgmm"],
@@ -144,8 +145,8 @@ def build(params: dict) -> dict:
     ablate = ["cypriot"] + [c for c in suite if c.endswith("_free")] + ["latin_hands", "latin_handwriting"]
     st["ablation"] = {"foreach": ablate, "do": {
         "cmd": "python -m signclust.evaluation.ablation ${item}",
-        "deps": ["data/corpora/${item}", "data/distances/${item}", "src/signclust/models/lm_clusterer.py", ENCODER,
-                 MERGING, GLYPHS, NETS, "src/signclust/evaluation/ablation.py"] + EVALUATE[:2] + CORE,
+        "deps": ["data/corpora/${item}", "data/distances/${item}", "src/signclust/models/lm_clusterer.py", STYLE,
+                 ENCODER, MERGING, GLYPHS, NETS, "src/signclust/evaluation/ablation.py"] + EVALUATE[:2] + CORE,
         "params": ["ablation", "runs.lm"] + EVALUATE_PARAMS,
         "outs": [out_file("reports/ablation_${item}.md"), out_file("reports/figures/ablation_${item}.png"),
                  out_file("reports/timings/ablation_${item}.json")],   # wall times: no stage reads them

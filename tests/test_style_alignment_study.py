@@ -28,7 +28,7 @@ def test_right_joins_count_joins_of_one_gold_sign_above_p_min():
 
 def test_study_is_lms_fit_then_the_alignment(tiny_corpus):
     corpus = tiny_corpus(n_types=5, per_type=10, n_texts=4, noise=60.0, seed=1)
-    cfg = {"encoder_epochs": 0}
+    cfg = {"encoder_epochs": 0, "style_alignment": False}      # as main() fits: the pass is the study's
     fitted = lm.LMSignClusterer(**cfg).fit(corpus, FitContext(seed=1, progress=False))
     row = study.study(corpus, cfg, seed=1, p_min=0.5)
     gold = corpus.labels()

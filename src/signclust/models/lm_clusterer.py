@@ -41,6 +41,12 @@ the forms of one sign by different hands. Pairs that share texts keep the curren
 a few per cent of the types per round) while the gain is positive. K, the number of types, is
 where that stops: it is never given and no distance threshold is set by hand.
 
+When a noisy corpus's texts fall into two styles (a cursive hand beside print hands), a sign can keep
+one type per style even so: the coarse symbols of its neighbours differ by style too. After the fit,
+``style_alignment`` reads the minor style's own types as a substitution cipher of the major style's
+(an HMM over the major style's type bigrams, emissions by EM) and joins each type to its decoding
+(models/style_alignment.py).
+
 On a clean corpus a sign seen a few times has its typeface forms in too few contexts for dL_LM to
 join them. ``join_forms`` then makes one more pass: the types the merges joined (frequent signs,
 joined by context) show what a typeface changes, a two-covariance model of the forms
@@ -185,6 +191,14 @@ class LMConfig:
     max_rounds: int = config_field(1000, int, min=0, doc="merge rounds (0: the micro-clusters alone)")
     refits: int = config_field(0, int, min=0, doc="refit the pair model on within-text pairs of the types found, "
                                "then merge again (opt-in: fewer types, mixed V; README 'Methods')")
+    # after the fit
+    style_alignment: bool = config_field(True, bool,
+                                         doc="noisy corpus: where the texts fall into two styles whose forms of a sign "
+                                             "are two types, read the minor style's own types as a substitution "
+                                             "cipher of the major style's and join each to its decoding "
+                                             "(models/style_alignment.py; reports/style_alignment_study.md)")
+    style_p_min: float = config_field(0.5, float, gt=0, max=1,
+                                      doc="style_alignment: the share of a type's posterior mass its decoding must hold")
 
 
 # --------------------------------------------------------------------------- visual side
@@ -912,7 +926,21 @@ class LMSignClusterer(Clusterer):
             ks.append(result.info["k_found"])
         if rounds:
             result.info["self_training_k"] = ks
+        if self.cfg.style_alignment:
+            result = self.align_styles(result, x, texts)
         return result
+
+    def align_styles(self, result: ClusterResult, x: np.ndarray, texts: list[np.ndarray]) -> ClusterResult:
+        """The fit with a minor style's own types joined to their decodings in the major style
+        (models/style_alignment.py: it reads the labels and the texts only); the embedding follows
+        the new types. info: k before, the texts' split (lambda2, minor texts) and the joins."""
+        from signclust.models.style_alignment import align_styles      # it builds on this module's avoidance
+        z, found = align_styles(result.labels, texts, self.cfg.style_p_min, self.cfg.avoid_c0)
+        k = int(z.max()) + 1
+        info = dict(result.info, k_found=k, style_alignment={
+            "k_before": result.info["k_found"], "lambda2": found["lambda2"],
+            "minor_texts": found["minor_texts"], "joined": found["joined"]})
+        return ClusterResult(z, self._embedding(x, z, texts, k), info)
 
     def select(self, x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray, ctx: FitContext,
                t0: float) -> ClusterResult:

@@ -18,7 +18,8 @@ at the median on latin_handwriting). Reading one style as a substitution cipher 
    with the largest posterior mass over its tokens.
 3. ``align_styles``: a minor type joins its decoding where that holds at least ``p_min`` of the mass.
 
-Not yet part of ``lm``: scripts/style_alignment_study.py measures it as a pass after lm's fit.
+``lm`` makes this pass after its fit on a noisy corpus (``style_alignment``, default on);
+scripts/style_alignment_study.py measures it on fits made without it.
 """
 from __future__ import annotations
 
@@ -79,28 +80,51 @@ def style_groups(z: np.ndarray, texts: list[np.ndarray], k: int, avoid_c0: float
 
 
 def _posteriors(obs: np.ndarray, start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
-                emit: np.ndarray) -> np.ndarray:
-    """(n, H) posterior of each hidden state at each position of one text (scaled forward-backward)."""
+                emit: np.ndarray) -> tuple[np.ndarray, float]:
+    """(n, H) posterior of each hidden state at each position of one text (scaled forward-backward)
+    and the text's log-likelihood (the sum of the forward pass's log normalisers)."""
     n, h = len(obs), len(start)
     fwd, bwd = np.empty((n, h)), np.empty((n, h))
     a = start * emit[:, obs[0]]
+    loglik = np.log(a.sum())
     fwd[0] = a / a.sum()
     for i in range(1, n):
         a = (fwd[i - 1] @ trans) * emit[:, obs[i]]
+        loglik += np.log(a.sum())
         fwd[i] = a / a.sum()
+    loglik += np.log(fwd[-1] @ stop)
     bwd[-1] = stop / stop.sum()
     for i in range(n - 2, -1, -1):
         b = trans @ (emit[:, obs[i + 1]] * bwd[i + 1])
         bwd[i] = b / b.sum()
     post = fwd * bwd
-    return post / post.sum(1, keepdims=True)
+    return post / post.sum(1, keepdims=True), float(loglik)
+
+
+def _baum_welch(texts: list[np.ndarray], start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
+                emit: np.ndarray, iters: int) -> tuple[np.ndarray, float]:
+    """Emissions (H, k) after ``iters`` EM steps with the transitions fixed, and the texts'
+    log-likelihood under them."""
+    for step in range(iters + 1):
+        expected, loglik = np.full(emit.shape, 1e-6), 0.0
+        for t in texts:
+            post, ll = _posteriors(t, start, trans, stop, emit)
+            np.add.at(expected.T, t, post)
+            loglik += ll
+        if step == iters:
+            return emit, loglik                     # the likelihood of the emissions returned
+        emit = expected / expected.sum(1, keepdims=True)
 
 
 def decipher(z: np.ndarray, texts: list[np.ndarray], k: int, minor: np.ndarray, iters: int = 60,
-             beta: float = 0.1, own_share: float = 0.9, min_tokens: int = 3) -> dict[int, tuple[int, float]]:
+             beta: float = 0.1, own_share: float = 0.9, min_tokens: int = 3, restarts: int = 8,
+             seed: int = 0) -> dict[int, tuple[int, float]]:
     """{minor type: (major type, posterior share)} for the minor group's own types: the types with
     at least ``min_tokens`` tokens in the minor group's texts and ``own_share`` of their tokens there.
-    Texts of one token are left out (no neighbours); {} where either group has no longer text."""
+    Texts of one token are left out (no neighbours); {} where either group has no longer text.
+    EM starts ``restarts`` times (the first from uniform own-type emissions, the others from random
+    ones) and the most likely emissions are kept: where the styles share few types, little anchors
+    the cipher and EM from one start stops in a local optimum (tests/test_lm_clusterer.py)."""
     # a text of one token holds no pair of neighbours: nothing to decipher with
     major_texts = [t for t, m in zip(texts, minor) if not m and len(t) >= 2]
     minor_texts = [t for t, m in zip(texts, minor) if m and len(t) >= 2]
@@ -121,19 +145,22 @@ def decipher(z: np.ndarray, texts: list[np.ndarray], k: int, minor: np.ndarray, 
         np.add.at(bigram, (s[:-1], s[1:]), 1.0)
     bigram /= bigram.sum(1, keepdims=True)
     start, trans, stop = bigram[h, :h], bigram[:h, :h], bigram[:h, h]
-    emit = np.full((h, k), 1e-3)
+    obs = [z[t] for t in minor_texts]
     shared = hidden[in_minor[hidden] > 0]
-    emit[state[shared], shared] += 1.0                                # a shared type reads as itself
-    emit[:, own] += 1.0 / h                                           # an own type as anything
-    emit /= emit.sum(1, keepdims=True)
-    for _ in range(iters):
-        expected = np.full((h, k), 1e-6)
-        for t in minor_texts:
-            np.add.at(expected.T, z[t], _posteriors(z[t], start, trans, stop, emit))
-        emit = expected / expected.sum(1, keepdims=True)
+    rng = np.random.default_rng(seed)
+    best = None
+    for r in range(restarts):
+        emit = np.full((h, k), 1e-3)
+        emit[state[shared], shared] += 1.0                            # a shared type reads as itself
+        # an own type as anything: evenly on the first start, at random on the others
+        emit[:, own] += 1.0 / h if r == 0 else rng.dirichlet(np.ones(h), len(own)).T
+        emit, loglik = _baum_welch(obs, start, trans, stop, emit / emit.sum(1, keepdims=True), iters)
+        if best is None or loglik > best[1] + 1e-9:
+            best = (emit, loglik)
+    emit = best[0]
     mass = np.zeros((k, h))
-    for t in minor_texts:
-        np.add.at(mass, z[t], _posteriors(z[t], start, trans, stop, emit))
+    for t in obs:
+        np.add.at(mass, t, _posteriors(t, start, trans, stop, emit)[0])
     return {int(c): (int(hidden[mass[c].argmax()]), float(mass[c].max() / mass[c].sum())) for c in own}
 
 
