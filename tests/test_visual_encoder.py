@@ -162,6 +162,21 @@ def test_a_round_of_pairs_goes_on_from_the_cached_rounds_before_it(monkeypatch):
         train_encoder(images, cfg, seed=0, device="cpu", pairs=[(np.arange(3), np.arange(2))], cache=False)
 
 
+def test_two_rounds_from_one_cached_state_each_equal_a_fresh_training(monkeypatch):
+    """Two variants whose last round differs go on from one cached state (an ablation's variants):
+    the second must not start from the Adam moments the first updated. Before the copy in _refine
+    the second round's features differed from its uncached training."""
+    import signclust.models.visual_encoder as E
+    monkeypatch.setattr(E, "_CACHE", type(E._CACHE)())
+    images, _ = two_hand_glyphs(per_form=4)                      # 24 images
+    cfg = EncoderConfig(epochs=1, strength=0.5, batch=12, pair_epochs=2)
+    p1 = (np.arange(0, 12), np.arange(12, 24))
+    p2 = (np.arange(0, 24, 2), np.arange(1, 24, 2))
+    train_encoder(images, cfg, seed=0, device="cpu", pairs=[p1])            # caches the SimCLR state
+    second = train_encoder(images, cfg, seed=0, device="cpu", pairs=[p2])   # from that state again
+    assert np.array_equal(second, train_encoder(images, cfg, seed=0, device="cpu", pairs=[p2], cache=False))
+
+
 def test_an_epoch_sees_at_most_max_images(monkeypatch):
     import signclust.models.visual_encoder as E
     images, _ = two_hand_glyphs(per_form=8)                      # 48 images

@@ -201,7 +201,9 @@ def _refine(glyphs: np.ndarray, cfg: EncoderConfig, before: dict, pairs: Pairs, 
     net, head, opt, view = _parts(glyphs, cfg, dev, gen)
     net.load_state_dict(before["net"])
     head.load_state_dict(before["head"])
-    opt.load_state_dict(before["opt"])
+    # a copy: Optimizer.load_state_dict keeps the given moment tensors, which the steps below update in
+    # place, so the cached state would go on from this round the next time it is read
+    opt.load_state_dict(copy.deepcopy(before["opt"]))
     a, b = (np.asarray(p, dtype=np.int64) for p in pairs)
     if len(a) != len(b):
         raise ValueError(f"train_encoder: a round of pairs has {len(a)} first and {len(b)} second images")
