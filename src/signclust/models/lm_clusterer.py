@@ -51,7 +51,9 @@ On a clean corpus a sign seen a few times has its typeface forms in too few cont
 join them. ``join_forms`` then makes one more pass: the types the merges joined (frequent signs,
 joined by context) show what a typeface changes, a two-covariance model of the forms
 (``TwoCovariance``) scores whether two types show one sign, and no type takes more forms than a
-frequent sign shows (``form_capacity``); see ``LMSignClusterer._join_forms``.
+frequent sign shows (``form_capacity``); see ``LMSignClusterer._join_forms``. Its joins change the
+contexts the merges read, so the merges run again (within the capacity) and the two passes take
+turns until neither moves a type.
 
 On a noisy corpus the pair model (below) is fitted on the pairs that pass a ratio test, and how
 strict that test is sets how fine the micro-clusters are and how much a close pair counts: an
@@ -786,6 +788,12 @@ def candidate_pairs(cen: np.ndarray, left: np.ndarray, right: np.ndarray, k_nn: 
 
 
 # --------------------------------------------------------------------------- a sign's forms (clean corpus)
+def forms_per_type(z: np.ndarray, form_of_token: np.ndarray, k: int) -> np.ndarray:
+    """(k,) how many distinct forms (images) each type's tokens show."""
+    pairs = np.unique(np.stack([z, form_of_token], 1), axis=0)
+    return np.bincount(pairs[:, 0], minlength=k)
+
+
 def form_capacity(forms: np.ndarray, size: np.ndarray, min_tokens: int = 10) -> int:
     """How many forms (distinct images) one sign shows in a clean corpus: the median number of forms
     of the types of at least ``min_tokens`` tokens (a sign seen that often in free variation shows
@@ -1015,7 +1023,7 @@ class LMSignClusterer(Clusterer):
             z = self._merge(z, x, texts, pair, coarse, history, ctx)
         form_info = {}
         if clean and cfg.join_forms:
-            z, form_info = self._join_forms(z, x, texts, image_index, history, ctx)
+            z, form_info = self._forms_and_merges(z, x, texts, image_index, history, ctx)
         z = np.unique(z, return_inverse=True)[1]
         k = int(z.max()) + 1
         embedding = self._embedding(x, z, texts, k)
@@ -1024,7 +1032,9 @@ class LMSignClusterer(Clusterer):
                 "seconds_fit": time.time() - t0, "history": history, **form_info}
         return ClusterResult(z, embedding, info)
 
-    def _merge(self, z, x, texts, pair, coarse, history, ctx):
+    def _merge(self, z, x, texts, pair, coarse, history, ctx, forms=None):
+        """Merge rounds while the best disjoint pairs gain. ``forms`` (a clean corpus, after
+        ``_join_forms``): (form of each token, capacity), and no merge may give a type more forms."""
         cfg = self.cfg
         pairs = text_pairs(x, texts, pair) if pair is not None else None     # the same in every round
         for rnd in range(cfg.max_rounds):
@@ -1037,6 +1047,12 @@ class LMSignClusterer(Clusterer):
             size = np.bincount(z, minlength=k).astype(np.float64)
             cen = group_sums(x, z, k) / size[:, None]                                     # (k, D)
             u, v, rank, ratio = candidate_pairs(cen, left, right, cfg.candidates, by_context=pair is None)
+            if forms is not None:
+                n_forms = forms_per_type(z, forms[0], k)                                   # (k,)
+                room = n_forms[u] + n_forms[v] <= forms[1]
+                u, v, rank, ratio = u[room], v[room], rank[room], ratio[room]
+                if not len(u):
+                    break
             prior = cfg.w_dup * dup_prior(rank, cfg.rank_c0)
             visual = prior
             if pair is None:
@@ -1074,6 +1090,26 @@ class LMSignClusterer(Clusterer):
             z = apply_merges(z, merges, k)
             record_round(history, k, merges, u, v, gain, ctx)
         return z
+
+    def _forms_and_merges(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
+        """A clean corpus, after the merges: ``_join_forms``, then the merges again, in turns until
+        neither moves a type. A join of two forms changes the contexts of every type beside them, so a
+        merge the first pass stopped short of may gain now (cyrillic_free: the italic and upright
+        types of a sign of 32 tokens, +3.6 nats after the joins). The merges then keep within the
+        capacity, as the joins do. info: ``_join_forms``' (merges summed over the turns) and the turns."""
+        form_of_token = np.unique(image_index, return_inverse=True)[1]
+        info, merges, turns = {}, 0, 0
+        while True:
+            k_before = len(np.unique(z))
+            z, info = self._join_forms(z, x, texts, image_index, history, ctx)
+            merges += info["form_merges"]
+            turns += 1
+            if not info["form_capacity"] or info["form_capacity"] < 2 or turns >= self.cfg.max_rounds:
+                break                                            # no form model: the joins did nothing
+            z = self._merge(z, x, texts, None, None, history, ctx, (form_of_token, info["form_capacity"]))
+            if len(np.unique(z)) == k_before:
+                break
+        return z, dict(info, form_merges=merges, form_turns=turns)
 
     def _join_forms(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
         """A clean corpus, after the merges: the typeface forms of a rare sign, seen too few times for
