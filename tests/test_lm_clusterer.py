@@ -1359,3 +1359,95 @@ def test_a_clean_fit_ends_where_neither_the_merges_nor_the_form_joins_move_a_typ
     merged = model._merge(z.copy(), x, texts, None, None, [], ctx, (forms, info["form_capacity"]))
     assert np.array_equal(merged, z)
     assert v_measure_score(corpus.labels(), z) > 0.99 and int(z.max()) + 1 <= 43
+
+
+def _stray_form_state():
+    """_three_faces_corpus with one stray: sign 1's third form (5) sits in sign 0's type, whose own
+    third form (2) is a type of its own, barred from joining it by the capacity (3 forms). Returns
+    x, texts, image_index, the types z (compact) and the true types."""
+    x, texts, image_index, z_true, sign = _three_faces_corpus()
+    z = z_true.copy()
+    z[image_index == 5] = z[image_index == 0][0]
+    z[image_index == 2] = z_true.max() + 1
+    return x, texts, image_index, np.unique(z, return_inverse=True)[1], z_true
+
+
+def test_form_move_gains_are_the_objective_after_the_move_less_before():
+    """Every candidate move's gain against the objective written out: the context Bayes factors by
+    the loop of _naive_lm_gain over a labelling with f its own type, the log-odds by scipy, and the
+    join the move frees (the stray's case: form 5 to sign 1's type, then sign 0's type takes form 2)."""
+    x, texts, image_index, z, _ = _stray_form_state()
+    present = np.unique(image_index)
+    feats = np.array([x[image_index == f].mean(0) for f in present], dtype=np.float64)
+    type_of_form = np.array([z[image_index == f][0] for f in present])
+    form_of_token = np.searchsorted(present, image_index)
+    k, m = int(z.max()) + 1, len(present)
+    model = L.TwoCovariance.fit(feats, type_of_form, 0.1)
+    form_left, form_right = L.context_counts(form_of_token, texts, m, z, k)
+    alpha = L.context_prior(z, len(texts), k, 0.1)
+    f, b, c, gain = L.form_move_gains(form_left, form_right, alpha, model.project(feats), type_of_form, k,
+                                      model, 3, 10, 1.0, 1.0, 1.0)
+    assert len(f) and np.all(np.bincount(type_of_form, minlength=k)[type_of_form[f]] >= 2)
+
+    def lo(forms_a, forms_b):
+        return _naive_two_covariance_log_odds(model, feats[forms_a].mean(0), len(forms_a),
+                                              feats[forms_b].mean(0), len(forms_b))
+    for f_, b_, c_, g in zip(f, b, c, gain):
+        a_ = type_of_form[f_]
+        rest = np.flatnonzero((type_of_form == a_) & (np.arange(m) != f_))
+        alone = np.where(form_of_token == f_, k, z)                     # f a type of its own, contexts over z
+        want = (_naive_lm_gain(alone, texts, z, 0.1, k, b_) - _naive_lm_gain(alone, texts, z, 0.1, k, a_)
+                + lo([f_], np.flatnonzero(type_of_form == b_)) - lo([f_], rest))
+        if c_ >= 0:                                                     # the freed join: barred before, gains now
+            assert np.sum(type_of_form == a_) + np.sum(type_of_form == c_) > 3 and len(rest) + np.sum(type_of_form == c_) <= 3
+            moved = np.where(form_of_token == f_, b_, z)
+            want += (_naive_lm_gain(moved, texts, z, 0.1, a_, c_) + lo(rest, np.flatnonzero(type_of_form == c_))
+                     - math.log(k))
+        assert g == pytest.approx(want, rel=1e-6, abs=1e-6)
+    stray = (f == 5) & (b == type_of_form[3])
+    assert stray.sum() == 1 and c[stray][0] == type_of_form[2] and gain[stray][0] > 0
+
+
+def test_move_forms_returns_a_stray_form_to_its_sign_and_frees_the_join():
+    x, texts, image_index, z, z_true = _stray_form_state()
+    model = get_clusterer("lm")
+    out, moves = model._move_forms(z.copy(), x, texts, image_index)
+    assert moves == 1 and v_measure_score(z_true, out) == pytest.approx(1.0)
+    assert len(np.unique(out)) == len(np.unique(z)) - 1
+    # the joins alone cannot: sign 0's type is full, form 2 has nowhere else to go
+    joined, _ = model._join_forms(z.copy(), x, texts, image_index, [], FitContext(seed=0))
+    assert v_measure_score(z_true, joined) < 1.0
+    # a form that moved in an earlier turn stays (the moves end), and the mark is kept
+    moved_once = np.zeros(94, bool)
+    moved_once[5] = True
+    held, n_held = model._move_forms(z.copy(), x, texts, image_index, moved_once)
+    others = np.flatnonzero(moved_once & (np.arange(94) != 5))               # what moved instead of 5
+    assert n_held == len(others) and 5 not in others
+    moved_once = np.zeros(94, bool)
+    model._move_forms(z.copy(), x, texts, image_index, moved_once)
+    assert moved_once.tolist() == [f == 5 for f in range(94)]
+    # a clean state has nothing to move
+    same, none = model._move_forms(z_true.copy(), x, texts, image_index)
+    assert none == 0 and np.array_equal(same, np.unique(z_true, return_inverse=True)[1])
+
+
+def test_a_clean_fit_moves_a_stray_form_out_of_a_frequent_signs_type(monkeypatch):
+    """georgian_free as the suite builds it (seed 0): the serif GAN (18 tokens) had joined MAN's
+    type, which then held three forms and could not take MAN's DejaVu form (49 tokens). Without the
+    moves (the code before them) it stays there."""
+    from signclust.config import section
+    from signclust.data import suite
+    corpus = suite.build("georgian_free", section("prepare"))
+    on = fit(corpus)
+    monkeypatch.setattr(L.LMSignClusterer, "_move_forms", lambda self, z, *args: (z, 0))
+    off = fit(corpus)
+    name = corpus.tokens["label"].astype(str).to_numpy()
+
+    def types(result, label):
+        return set(np.asarray(result.labels)[name == label].tolist())
+    man, gan = "GEORGIAN LETTER MAN", "GEORGIAN LETTER GAN"
+    assert len(types(off, man)) == 2 and types(off, gan) & types(off, man)
+    assert len(types(on, man)) == 1 and not types(on, gan) & types(on, man) and on.info["form_moves"] >= 1
+    gold = corpus.labels()
+    assert v_measure_score(gold, on.labels) > v_measure_score(gold, off.labels) + 0.005
+    assert on.info["k_found"] < off.info["k_found"]

@@ -53,7 +53,10 @@ joined by context) show what a typeface changes, a two-covariance model of the f
 (``TwoCovariance``) scores whether two types show one sign, and no type takes more forms than a
 frequent sign shows (``form_capacity``); see ``LMSignClusterer._join_forms``. Its joins change the
 contexts the merges read, so the merges run again (within the capacity) and the two passes take
-turns until neither moves a type.
+turns until neither moves a type. Each turn starts with form moves (``form_move_gains``): a form
+that the merges put into another sign's type (a look-alike) goes to its own sign's type where the
+same objective gains, counting the join the move frees -- a type at capacity that held the stray
+can take its sign's missing form.
 
 On a noisy corpus the pair model (below) is fitted on the pairs that pass a ratio test, and how
 strict that test is sets how fine the micro-clusters are and how much a close pair counts: an
@@ -875,6 +878,82 @@ def form_pairs(means: np.ndarray, forms: np.ndarray, capacity: int, k_nn: int) -
     return pairs[:, 0], pairs[:, 1]
 
 
+def form_move_gains(form_left: np.ndarray, form_right: np.ndarray, alpha: np.ndarray, proj: np.ndarray,
+                    type_of_form: np.ndarray, k: int, model: "TwoCovariance", capacity: int, k_nn: int,
+                    w_lm: float, w_hom: float, w_dup: float) -> tuple[np.ndarray, ...]:
+    """Moves of one form f out of its type A (of at least two forms) into a type B with room for it,
+    each with the join it frees: A less f may now take a type C that the capacity barred before. The
+    gain is the objective after the move (and the join, where it gains) less before it:
+
+        w_lm [bf(f, B) - bf(f, A - f)] + w_hom [lo(f, B) - lo(f, A - f)]
+        + max(0, w_lm bf(A - f, C) + w_hom lo(A - f, C) - w_dup log K)
+
+    with bf ``lm_gain``'s Bayes factor of one shared context distribution (contexts read over the
+    current types), lo ``TwoCovariance.log_odds`` and the join's prior as in ``_join_forms``.
+    ``form_left``/``form_right`` (m, k+1) each form's context counts, ``proj`` (m, D) the forms'
+    projected features, ``type_of_form`` (m,). B ranges over the ``k_nn`` types nearest f that have
+    room, C over the ``k_nn`` nearest A - f that fit beside it and did not beside A. Returns (form,
+    B, C or -1, gain) per candidate move."""
+    from sklearn.neighbors import NearestNeighbors
+    empty = np.zeros(0, np.int64)
+    forms = np.bincount(type_of_form, minlength=k).astype(np.float64)                 # (k,)
+    means = group_sums(proj, type_of_form, k) / np.maximum(forms, 1)[:, None]          # (k, D)
+    type_left, type_right = group_sums(form_left, type_of_form, k), group_sums(form_right, type_of_form, k)
+
+    def bf(c_a, c_b):
+        return log_dm(c_a + c_b, alpha) - log_dm(c_a, alpha) - log_dm(c_b, alpha)
+
+    def nearest(points, fits, n):                     # (len(points), n) indices into fits
+        n = min(n, len(fits))
+        return NearestNeighbors(n_neighbors=n).fit(means[fits]).kneighbors(points, return_distance=False)
+
+    movable = np.flatnonzero(forms[type_of_form] >= 2)
+    fits = np.flatnonzero((forms >= 1) & (forms + 1 <= capacity))
+    if not len(movable) or not len(fits):
+        return empty, empty, empty, np.zeros(0)
+    # A - f for every movable form: its context counts, projected mean and forms
+    a_of = type_of_form[movable]
+    rest_left, rest_right = type_left[a_of] - form_left[movable], type_right[a_of] - form_right[movable]
+    rest_n = forms[a_of] - 1
+    rest_mean = (forms[a_of][:, None] * means[a_of] - proj[movable]) / rest_n[:, None]
+    # the join each A - f frees: the best C, and the second best (for a move whose B is that C)
+    freed = np.zeros((len(movable), 2))
+    freed_c = np.full((len(movable), 2), -1)
+    for n in np.unique(rest_n):
+        rows = np.flatnonzero(rest_n == n)
+        room = np.flatnonzero((forms >= 1) & (forms <= capacity - n))
+        if not len(room):
+            continue
+        cand = room[nearest(rest_mean[rows], room, k_nn + 1)]                           # (r, c)
+        r = np.repeat(rows, cand.shape[1])
+        c = cand.ravel()
+        barred = (forms[a_of[r]] + forms[c] > capacity) & (c != a_of[r])
+        g = (w_lm * (bf(rest_left[r], type_left[c]) + bf(rest_right[r], type_right[c]))
+             + w_hom * model.log_odds(rest_mean[r], rest_n[r], means[c], forms[c]) - w_dup * np.log(k))
+        g = np.where(barred & (g > 0), g, 0.0).reshape(cand.shape)
+        order = np.argsort(-g, axis=1, kind="stable")[:, :2]
+        for j in range(order.shape[1]):
+            pick = order[:, j]
+            gj = g[np.arange(len(rows)), pick]
+            freed[rows, j] = gj
+            freed_c[rows, j] = np.where(gj > 0, cand[np.arange(len(rows)), pick], -1)
+    # the moves
+    nb = nearest(proj[movable], fits, k_nn + 1)                                         # + 1: f's own type
+    i = np.repeat(np.arange(len(movable)), nb.shape[1])
+    b = fits[nb.ravel()]
+    keep = b != a_of[i]
+    i, b = i[keep], b[keep]
+    f = movable[i]
+    ctx = (bf(form_left[f], type_left[b]) + bf(form_right[f], type_right[b])
+           - bf(form_left[f], rest_left[i]) - bf(form_right[f], rest_right[i]))
+    one = np.ones(len(f))
+    vis = (model.log_odds(proj[f], one, means[b], forms[b])
+           - model.log_odds(proj[f], one, rest_mean[i], rest_n[i]))
+    second = freed_c[i, 0] == b                        # B is the freed join's C: take the next best C
+    c = np.where(second, freed_c[i, 1], freed_c[i, 0])
+    return f, b, c, w_lm * ctx + w_hom * vis + np.where(second, freed[i, 1], freed[i, 0])
+
+
 def record_round(history: list, k: int, merges: list, u: np.ndarray, v: np.ndarray, gain: np.ndarray,
                  ctx: FitContext) -> None:
     """One merge round's row of ``history`` (types after it, merges, the best and the accepted gain),
@@ -1092,24 +1171,87 @@ class LMSignClusterer(Clusterer):
         return z
 
     def _forms_and_merges(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
-        """A clean corpus, after the merges: ``_join_forms``, then the merges again, in turns until
-        neither moves a type. A join of two forms changes the contexts of every type beside them, so a
-        merge the first pass stopped short of may gain now (cyrillic_free: the italic and upright
-        types of a sign of 32 tokens, +3.6 nats after the joins). The merges then keep within the
-        capacity, as the joins do. info: ``_join_forms``' (merges summed over the turns) and the turns."""
+        """A clean corpus, after the merges: ``_move_forms``, ``_join_forms``, then the merges again,
+        in turns until none moves a type or a form. A join of two forms changes the contexts of every
+        type beside them, so a merge the first pass stopped short of may gain now (cyrillic_free: the
+        italic and upright types of a sign of 32 tokens, +3.6 nats after the joins). The merges then
+        keep within the capacity, as the joins do. info: ``_join_forms``' (merges summed over the
+        turns), the form moves and the turns."""
         form_of_token = np.unique(image_index, return_inverse=True)[1]
-        info, merges, turns = {}, 0, 0
+        moved_once = np.zeros(int(form_of_token.max()) + 1, bool)       # each form moves once at most
+        info, merges, moves, turns = {}, 0, 0, 0
         while True:
             k_before = len(np.unique(z))
+            z, moved = self._move_forms(z, x, texts, image_index, moved_once)
+            moves += moved
             z, info = self._join_forms(z, x, texts, image_index, history, ctx)
             merges += info["form_merges"]
             turns += 1
             if not info["form_capacity"] or info["form_capacity"] < 2 or turns >= self.cfg.max_rounds:
                 break                                            # no form model: the joins did nothing
             z = self._merge(z, x, texts, None, None, history, ctx, (form_of_token, info["form_capacity"]))
-            if len(np.unique(z)) == k_before:
+            if len(np.unique(z)) == k_before and not moved:
                 break
-        return z, dict(info, form_merges=merges, form_turns=turns)
+        return z, dict(info, form_merges=merges, form_moves=moves, form_turns=turns)
+
+    def _move_forms(self, z, x, texts, image_index, moved_once: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+        """A clean corpus: rounds of form moves (``form_move_gains``), the best move of each form, each
+        type in at most one move a round, while one gains. A sign's type can hold a form of another
+        sign that looks like it (georgian_free: the serif GAN among MAN's forms), and then the
+        capacity bars MAN's own third form; moving the stray form to its sign's type frees the room.
+        The two-covariance model is fitted on the types as they enter. ``moved_once`` (m,) marks the
+        forms that moved before (in an earlier turn) and is updated: a form moves once at most, so the
+        moves end though the contexts they are read in change under them. Returns the labels and the moves."""
+        cfg = self.cfg
+        form_of_token = np.unique(image_index, return_inverse=True)[1]
+        m = int(form_of_token.max()) + 1
+        moved_once = np.zeros(m, bool) if moved_once is None else moved_once
+        z = np.unique(z, return_inverse=True)[1]
+        k = int(z.max()) + 1
+        type_of_form = np.zeros(m, np.int64)
+        type_of_form[form_of_token] = z
+        if not np.array_equal(type_of_form[form_of_token], z):           # a form split between types
+            return z, 0
+        capacity = form_capacity(np.bincount(type_of_form, minlength=k), np.bincount(z, minlength=k))
+        feats = group_sums(x, form_of_token, m) / np.bincount(form_of_token, minlength=m)[:, None]   # (m, D)
+        # the model learns from the types within the capacity: a type over it holds a stray form, which
+        # would teach that a typeface may turn one sign into another
+        within = np.bincount(type_of_form, minlength=k)[type_of_form] <= capacity
+        model = TwoCovariance.fit(feats[within], type_of_form[within], cfg.form_shrink) if capacity > 1 else None
+        if model is None:
+            return z, 0
+        proj = model.project(feats)                                                        # (m, D)
+        alpha = context_prior(z, len(texts), k, cfg.context_beta)
+        moves = 0
+        for _ in range(cfg.max_rounds):
+            # each form's neighbours read over the current types; K stays, so alpha does too
+            form_left, form_right = context_counts(form_of_token, texts, m, z, k)       # (m, k+1)
+            f, b, c, gain = form_move_gains(form_left, form_right, alpha, proj, type_of_form, k, model,
+                                            capacity, cfg.candidates, cfg.w_lm, cfg.w_hom, cfg.w_dup)
+            chosen, used = [], set()
+            for i in np.argsort(-gain, kind="stable"):
+                if gain[i] <= 0:
+                    break
+                if moved_once[f[i]]:
+                    continue
+                touched = {int(type_of_form[f[i]]), int(b[i])} | ({int(c[i])} if c[i] >= 0 else set())
+                if not touched & used:
+                    used |= touched
+                    chosen.append((int(f[i]), int(b[i]), int(c[i])))
+            if not chosen:
+                break
+            for f_, b_, c_ in chosen:
+                a_ = type_of_form[f_]
+                type_of_form[f_] = b_
+                moved_once[f_] = True
+                if c_ >= 0:
+                    type_of_form[type_of_form == c_] = a_          # the join the move freed
+            z = np.unique(type_of_form[form_of_token], return_inverse=True)[1]
+            k = int(z.max()) + 1
+            type_of_form[form_of_token] = z
+            alpha = context_prior(z, len(texts), k, cfg.context_beta)
+            moves += len(chosen)
+        return z, moves
 
     def _join_forms(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
         """A clean corpus, after the merges: the typeface forms of a rare sign, seen too few times for
