@@ -1451,3 +1451,74 @@ def test_a_clean_fit_moves_a_stray_form_out_of_a_frequent_signs_type(monkeypatch
     gold = corpus.labels()
     assert v_measure_score(gold, on.labels) > v_measure_score(gold, off.labels) + 0.005
     assert on.info["k_found"] < off.info["k_found"]
+
+
+def _two_signs_one_type():
+    """_three_faces_corpus with signs 0 and 1 (three forms each) in one type: six forms, over the
+    capacity of 3. Returns x, texts, image_index, the types z (compact) and the true types."""
+    x, texts, image_index, z_true, sign = _three_faces_corpus()
+    z = np.where(z_true == 1, 0, z_true)
+    return x, texts, image_index, np.unique(z, return_inverse=True)[1], z_true
+
+
+def test_split_gains_take_the_best_bipartition_of_a_type_over_the_capacity():
+    """The split gain of every bipartition written out (the join of its two parts by _naive_lm_gain
+    and scipy's log-odds, negated); split_gains returns the best one, and only for the type over
+    the capacity."""
+    from itertools import combinations
+    x, texts, image_index, z, _ = _two_signs_one_type()
+    present = np.unique(image_index)
+    feats = np.array([x[image_index == f].mean(0) for f in present], dtype=np.float64)
+    type_of_form = np.array([z[image_index == f][0] for f in present])
+    form_of_token = np.searchsorted(present, image_index)
+    k, m = int(z.max()) + 1, len(present)
+    model = L.TwoCovariance.fit(feats, type_of_form, 0.1)
+    form_left, form_right = L.context_counts(form_of_token, texts, m, z, k)
+    alpha = L.context_prior(z, len(texts), k, 0.1)
+    out = L.split_gains(form_left, form_right, alpha, model.project(feats), type_of_form, k, model, 3,
+                        1.0, 1.0, 1.0)
+    assert len(out) == 1 and out[0][0] == type_of_form[0]
+    fs = np.flatnonzero(type_of_form == type_of_form[0])
+    naive = {}
+    for r in range(1, len(fs)):
+        for p in combinations(fs.tolist(), r):
+            if fs[0] not in p:
+                continue
+            q = [f for f in fs if f not in p]
+            two = np.where(np.isin(form_of_token, q), k, z)              # Q a type of its own, contexts over z
+            lo = _naive_two_covariance_log_odds(model, feats[list(p)].mean(0), len(p), feats[q].mean(0), len(q))
+            naive[p] = -(_naive_lm_gain(two, texts, z, 0.1, type_of_form[0], k) + lo - math.log(k))
+    best = max(naive, key=naive.get)
+    assert len(naive) == 2 ** (len(fs) - 1) - 1
+    assert sorted(out[0][1].tolist()) == sorted(best) and out[0][2] == pytest.approx(naive[best], rel=1e-6)
+    assert sorted(best) == [0, 1, 2] and naive[best] > 0                  # sign 0's three forms, apart from sign 1's
+
+
+def test_split_forms_parts_two_signs_in_one_type_and_leaves_a_full_type():
+    x, texts, image_index, z, z_true = _two_signs_one_type()
+    model = get_clusterer("lm")
+    out, splits = model._split_forms(z.copy(), x, texts, image_index)
+    assert splits == 1 and v_measure_score(z_true, out) == pytest.approx(1.0)
+    same, none = model._split_forms(np.unique(z_true, return_inverse=True)[1], x, texts, image_index)
+    assert none == 0 and np.array_equal(same, np.unique(z_true, return_inverse=True)[1])
+
+
+def test_a_clean_fit_splits_two_vowel_signs_out_of_one_type(monkeypatch):
+    """devanagari_free as the suite builds it (seed 0; capacity 2): the vowel signs E and II, two
+    forms each, sat in one type, and neither had a type of its own to move to."""
+    from signclust.config import section
+    from signclust.data import suite
+    corpus = suite.build("devanagari_free", section("prepare"))
+    on = fit(corpus)
+    monkeypatch.setattr(L.LMSignClusterer, "_split_forms", lambda self, z, *args: (z, 0))
+    off = fit(corpus)
+    name = corpus.tokens["label"].astype(str).to_numpy()
+
+    def types(result, label):
+        return set(np.asarray(result.labels)[name == label].tolist())
+    e, ii = "DEVANAGARI VOWEL SIGN E", "DEVANAGARI VOWEL SIGN II"
+    assert types(off, e) == types(off, ii) and len(types(off, e)) == 1
+    assert len(types(on, e)) == 1 and len(types(on, ii)) == 1 and types(on, e) != types(on, ii)
+    assert on.info["form_splits"] >= 1 and on.info["k_found"] > off.info["k_found"]
+    gold = corpus.labels()
+    assert v_measure_score(gold, on.labels) > v_measure_score(gold, off.labels) + 0.005

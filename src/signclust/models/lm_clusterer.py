@@ -56,7 +56,8 @@ contexts the merges read, so the merges run again (within the capacity) and the 
 turns until neither moves a type. Each turn starts with form moves (``form_move_gains``): a form
 that the merges put into another sign's type (a look-alike) goes to its own sign's type where the
 same objective gains, counting the join the move frees -- a type at capacity that held the stray
-can take its sign's missing form.
+can take its sign's missing form. A type still over the capacity holds two signs with nowhere else
+to go, and splits where its best bipartition gains (``split_gains``).
 
 On a noisy corpus the pair model (below) is fitted on the pairs that pass a ratio test, and how
 strict that test is sets how fine the micro-clusters are and how much a close pair counts: an
@@ -954,6 +955,37 @@ def form_move_gains(form_left: np.ndarray, form_right: np.ndarray, alpha: np.nda
     return f, b, c, w_lm * ctx + w_hom * vis + np.where(second, freed[i, 1], freed[i, 0])
 
 
+def split_gains(form_left: np.ndarray, form_right: np.ndarray, alpha: np.ndarray, proj: np.ndarray,
+                type_of_form: np.ndarray, k: int, model: "TwoCovariance", capacity: int, w_lm: float,
+                w_hom: float, w_dup: float, max_forms: int = 12) -> list[tuple[int, np.ndarray, float]]:
+    """For each type of more forms than ``capacity`` (two signs in one type: a sign has one form per
+    typeface) and at most ``max_forms``: its best bipartition (P, Q) and the gain of the split, the
+    gain of joining P and Q as ``_join_forms`` scores it, negated:
+
+        -(w_lm bf(P, Q) + w_hom lo(P, Q) - w_dup log K)
+
+    over every bipartition (2^(n-1) - 1 of n forms). Arguments as ``form_move_gains``. Returns
+    (type, the forms of P, gain) per such type."""
+    forms = np.bincount(type_of_form, minlength=k)
+
+    def bf(c_a, c_b):
+        return log_dm(c_a + c_b, alpha) - log_dm(c_a, alpha) - log_dm(c_b, alpha)
+    out = []
+    for a in np.flatnonzero((forms > capacity) & (forms <= max_forms)):
+        fs = np.flatnonzero(type_of_form == a)
+        n = len(fs)
+        bits = np.arange(2 ** (n - 1) - 1)[:, None] >> np.arange(n - 1) & 1       # Q: never empty
+        in_p = np.c_[np.ones(len(bits), bool), bits.astype(bool)]                   # (S, n) P holds fs[0]
+        in_q = ~in_p
+        n_p, n_q = in_p.sum(1).astype(np.float64), in_q.sum(1).astype(np.float64)
+        join = (w_lm * (bf(in_p @ form_left[fs], in_q @ form_left[fs]) + bf(in_p @ form_right[fs], in_q @ form_right[fs]))
+                + w_hom * model.log_odds(in_p @ proj[fs] / n_p[:, None], n_p, in_q @ proj[fs] / n_q[:, None], n_q)
+                - w_dup * np.log(k))
+        best = int(np.argmin(join))
+        out.append((int(a), fs[in_p[best]], float(-join[best])))
+    return out
+
+
 def record_round(history: list, k: int, merges: list, u: np.ndarray, v: np.ndarray, gain: np.ndarray,
                  ctx: FitContext) -> None:
     """One merge round's row of ``history`` (types after it, merges, the best and the accepted gain),
@@ -1171,28 +1203,30 @@ class LMSignClusterer(Clusterer):
         return z
 
     def _forms_and_merges(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
-        """A clean corpus, after the merges: ``_move_forms``, ``_join_forms``, then the merges again,
-        in turns until none moves a type or a form. A join of two forms changes the contexts of every
+        """A clean corpus, after the merges: ``_move_forms``, ``_split_forms``, ``_join_forms``, then
+        the merges again, in turns until none moves a type or a form. A join of two forms changes the contexts of every
         type beside them, so a merge the first pass stopped short of may gain now (cyrillic_free: the
         italic and upright types of a sign of 32 tokens, +3.6 nats after the joins). The merges then
         keep within the capacity, as the joins do. info: ``_join_forms``' (merges summed over the
-        turns), the form moves and the turns."""
+        turns), the form moves, the splits and the turns."""
         form_of_token = np.unique(image_index, return_inverse=True)[1]
         moved_once = np.zeros(int(form_of_token.max()) + 1, bool)       # each form moves once at most
-        info, merges, moves, turns = {}, 0, 0, 0
+        info, merges, moves, splits, turns = {}, 0, 0, 0, 0
         while True:
             k_before = len(np.unique(z))
             z, moved = self._move_forms(z, x, texts, image_index, moved_once)
             moves += moved
+            z, split = self._split_forms(z, x, texts, image_index)
+            splits += split
             z, info = self._join_forms(z, x, texts, image_index, history, ctx)
             merges += info["form_merges"]
             turns += 1
             if not info["form_capacity"] or info["form_capacity"] < 2 or turns >= self.cfg.max_rounds:
                 break                                            # no form model: the joins did nothing
             z = self._merge(z, x, texts, None, None, history, ctx, (form_of_token, info["form_capacity"]))
-            if len(np.unique(z)) == k_before and not moved:
+            if len(np.unique(z)) == k_before and not moved and not split:
                 break
-        return z, dict(info, form_merges=merges, form_moves=moves, form_turns=turns)
+        return z, dict(info, form_merges=merges, form_moves=moves, form_splits=splits, form_turns=turns)
 
     def _move_forms(self, z, x, texts, image_index, moved_once: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """A clean corpus: rounds of form moves (``form_move_gains``), the best move of each form, each
@@ -1203,24 +1237,13 @@ class LMSignClusterer(Clusterer):
         forms that moved before (in an earlier turn) and is updated: a form moves once at most, so the
         moves end though the contexts they are read in change under them. Returns the labels and the moves."""
         cfg = self.cfg
-        form_of_token = np.unique(image_index, return_inverse=True)[1]
-        m = int(form_of_token.max()) + 1
-        moved_once = np.zeros(m, bool) if moved_once is None else moved_once
         z = np.unique(z, return_inverse=True)[1]
-        k = int(z.max()) + 1
-        type_of_form = np.zeros(m, np.int64)
-        type_of_form[form_of_token] = z
-        if not np.array_equal(type_of_form[form_of_token], z):           # a form split between types
+        state = self._form_model(z, x, image_index)
+        if state is None:
             return z, 0
-        capacity = form_capacity(np.bincount(type_of_form, minlength=k), np.bincount(z, minlength=k))
-        feats = group_sums(x, form_of_token, m) / np.bincount(form_of_token, minlength=m)[:, None]   # (m, D)
-        # the model learns from the types within the capacity: a type over it holds a stray form, which
-        # would teach that a typeface may turn one sign into another
-        within = np.bincount(type_of_form, minlength=k)[type_of_form] <= capacity
-        model = TwoCovariance.fit(feats[within], type_of_form[within], cfg.form_shrink) if capacity > 1 else None
-        if model is None:
-            return z, 0
-        proj = model.project(feats)                                                        # (m, D)
+        form_of_token, type_of_form, capacity, model, proj = state
+        m, k = len(type_of_form), int(z.max()) + 1
+        moved_once = np.zeros(m, bool) if moved_once is None else moved_once
         alpha = context_prior(z, len(texts), k, cfg.context_beta)
         moves = 0
         for _ in range(cfg.max_rounds):
@@ -1252,6 +1275,48 @@ class LMSignClusterer(Clusterer):
             alpha = context_prior(z, len(texts), k, cfg.context_beta)
             moves += len(chosen)
         return z, moves
+
+    def _form_model(self, z, x, image_index):
+        """A clean corpus's forms under the compact labels ``z``: (form of each token, type of each
+        form, the capacity, the two-covariance model, the forms' projected features (m, D)); None
+        where a form is split between types or no model can be fitted. The model learns from the
+        types within the capacity: a type over it holds a stray form, which would teach that a
+        typeface may turn one sign into another."""
+        form_of_token = np.unique(image_index, return_inverse=True)[1]
+        m, k = int(form_of_token.max()) + 1, int(z.max()) + 1
+        type_of_form = np.zeros(m, np.int64)
+        type_of_form[form_of_token] = z
+        if not np.array_equal(type_of_form[form_of_token], z):           # a form split between types
+            return None
+        capacity = form_capacity(np.bincount(type_of_form, minlength=k), np.bincount(z, minlength=k))
+        feats = group_sums(x, form_of_token, m) / np.bincount(form_of_token, minlength=m)[:, None]   # (m, D)
+        within = np.bincount(type_of_form, minlength=k)[type_of_form] <= capacity
+        model = TwoCovariance.fit(feats[within], type_of_form[within], self.cfg.form_shrink) if capacity > 1 else None
+        if model is None:
+            return None
+        return form_of_token, type_of_form, capacity, model, model.project(feats)
+
+    def _split_forms(self, z, x, texts, image_index) -> tuple[np.ndarray, int]:
+        """A clean corpus: each type of more forms than the capacity splits in two where its best
+        bipartition gains (``split_gains``). After the moves, what is left over the capacity is two
+        signs with no type of their own to go to (devanagari_free: the vowel signs E and II, two
+        forms each, in one type). Returns the labels and the splits."""
+        cfg = self.cfg
+        z = np.unique(z, return_inverse=True)[1]
+        state = self._form_model(z, x, image_index)
+        if state is None:
+            return z, 0
+        form_of_token, type_of_form, capacity, model, proj = state
+        m, k = len(type_of_form), int(z.max()) + 1
+        form_left, form_right = context_counts(form_of_token, texts, m, z, k)           # (m, k+1)
+        alpha = context_prior(z, len(texts), k, cfg.context_beta)
+        splits = 0
+        for _, part, gain in split_gains(form_left, form_right, alpha, proj, type_of_form, k, model, capacity,
+                                         cfg.w_lm, cfg.w_hom, cfg.w_dup):
+            if gain > 0:                              # the types are disjoint: every split applies
+                type_of_form[part] = k + splits
+                splits += 1
+        return np.unique(type_of_form[form_of_token], return_inverse=True)[1], splits
 
     def _join_forms(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
         """A clean corpus, after the merges: the typeface forms of a rare sign, seen too few times for
