@@ -1372,11 +1372,10 @@ def _stray_form_state():
     return x, texts, image_index, np.unique(z, return_inverse=True)[1], z_true
 
 
-def test_form_move_gains_are_the_objective_after_the_move_less_before():
-    """Every candidate move's gain against the objective written out: the context Bayes factors by
-    the loop of _naive_lm_gain over a labelling with f its own type, the log-odds by scipy, and the
-    join the move frees (the stray's case: form 5 to sign 1's type, then sign 0's type takes form 2)."""
-    x, texts, image_index, z, _ = _stray_form_state()
+def _form_inputs(x, texts, image_index, z):
+    """What the form passes read, computed by hand: each form's mean feature, its type, each token's
+    form, K, the number of forms, the two-covariance model fitted on every type, each form's context
+    counts over the types z, and the context prior."""
     present = np.unique(image_index)
     feats = np.array([x[image_index == f].mean(0) for f in present], dtype=np.float64)
     type_of_form = np.array([z[image_index == f][0] for f in present])
@@ -1384,7 +1383,16 @@ def test_form_move_gains_are_the_objective_after_the_move_less_before():
     k, m = int(z.max()) + 1, len(present)
     model = L.TwoCovariance.fit(feats, type_of_form, 0.1)
     form_left, form_right = L.context_counts(form_of_token, texts, m, z, k)
-    alpha = L.context_prior(z, len(texts), k, 0.1)
+    return (feats, type_of_form, form_of_token, k, m, model, form_left, form_right,
+            L.context_prior(z, len(texts), k, 0.1))
+
+
+def test_form_move_gains_are_the_objective_after_the_move_less_before():
+    """Every candidate move's gain against the objective written out: the context Bayes factors by
+    the loop of _naive_lm_gain over a labelling with f its own type, the log-odds by scipy, and the
+    join the move frees (the stray's case: form 5 to sign 1's type, then sign 0's type takes form 2)."""
+    x, texts, image_index, z, _ = _stray_form_state()
+    feats, type_of_form, form_of_token, k, m, model, form_left, form_right, alpha = _form_inputs(x, texts, image_index, z)
     f, b, c, gain = L.form_move_gains(form_left, form_right, alpha, model.project(feats), type_of_form, k,
                                       model, 3, 10, 1.0, 1.0, 1.0)
     assert len(f) and np.all(np.bincount(type_of_form, minlength=k)[type_of_form[f]] >= 2)
@@ -1431,24 +1439,31 @@ def test_move_forms_returns_a_stray_form_to_its_sign_and_frees_the_join():
     assert none == 0 and np.array_equal(same, np.unique(z_true, return_inverse=True)[1])
 
 
-def test_a_clean_fit_moves_a_stray_form_out_of_a_frequent_signs_type(monkeypatch):
-    """georgian_free as the suite builds it (seed 0): the serif GAN (18 tokens) had joined MAN's
-    type, which then held three forms and could not take MAN's DejaVu form (49 tokens). Without the
-    moves (the code before them) it stays there."""
+def _suite_fit_without(corpus_name, form_pass, monkeypatch):
+    """A suite corpus as the suite builds it, fitted (seed 0) as configured and with one form pass
+    (a method of LMSignClusterer) doing nothing: (on, off, types(result, sign name) -> the set of
+    types its tokens fall in, the gold labels)."""
     from signclust.config import section
     from signclust.data import suite
-    corpus = suite.build("georgian_free", section("prepare"))
+    corpus = suite.build(corpus_name, section("prepare"))
     on = fit(corpus)
-    monkeypatch.setattr(L.LMSignClusterer, "_move_forms", lambda self, z, *args: (z, 0))
+    monkeypatch.setattr(L.LMSignClusterer, form_pass, lambda self, z, *args: (z, 0))
     off = fit(corpus)
     name = corpus.tokens["label"].astype(str).to_numpy()
 
     def types(result, label):
         return set(np.asarray(result.labels)[name == label].tolist())
+    return on, off, types, corpus.labels()
+
+
+def test_a_clean_fit_moves_a_stray_form_out_of_a_frequent_signs_type(monkeypatch):
+    """georgian_free as the suite builds it (seed 0): the serif GAN (18 tokens) had joined MAN's
+    type, which then held three forms and could not take MAN's DejaVu form (49 tokens). Without the
+    moves (the code before them) it stays there."""
+    on, off, types, gold = _suite_fit_without("georgian_free", "_move_forms", monkeypatch)
     man, gan = "GEORGIAN LETTER MAN", "GEORGIAN LETTER GAN"
     assert len(types(off, man)) == 2 and types(off, gan) & types(off, man)
     assert len(types(on, man)) == 1 and not types(on, gan) & types(on, man) and on.info["form_moves"] >= 1
-    gold = corpus.labels()
     assert v_measure_score(gold, on.labels) > v_measure_score(gold, off.labels) + 0.005
     assert on.info["k_found"] < off.info["k_found"]
 
@@ -1467,14 +1482,7 @@ def test_split_gains_take_the_best_bipartition_of_a_type_over_the_capacity():
     the capacity."""
     from itertools import combinations
     x, texts, image_index, z, _ = _two_signs_one_type()
-    present = np.unique(image_index)
-    feats = np.array([x[image_index == f].mean(0) for f in present], dtype=np.float64)
-    type_of_form = np.array([z[image_index == f][0] for f in present])
-    form_of_token = np.searchsorted(present, image_index)
-    k, m = int(z.max()) + 1, len(present)
-    model = L.TwoCovariance.fit(feats, type_of_form, 0.1)
-    form_left, form_right = L.context_counts(form_of_token, texts, m, z, k)
-    alpha = L.context_prior(z, len(texts), k, 0.1)
+    feats, type_of_form, form_of_token, k, m, model, form_left, form_right, alpha = _form_inputs(x, texts, image_index, z)
     out = L.split_gains(form_left, form_right, alpha, model.project(feats), type_of_form, k, model, 3,
                         1.0, 1.0, 1.0)
     assert len(out) == 1 and out[0][0] == type_of_form[0]
@@ -1506,19 +1514,9 @@ def test_split_forms_parts_two_signs_in_one_type_and_leaves_a_full_type():
 def test_a_clean_fit_splits_two_vowel_signs_out_of_one_type(monkeypatch):
     """devanagari_free as the suite builds it (seed 0; capacity 2): the vowel signs E and II, two
     forms each, sat in one type, and neither had a type of its own to move to."""
-    from signclust.config import section
-    from signclust.data import suite
-    corpus = suite.build("devanagari_free", section("prepare"))
-    on = fit(corpus)
-    monkeypatch.setattr(L.LMSignClusterer, "_split_forms", lambda self, z, *args: (z, 0))
-    off = fit(corpus)
-    name = corpus.tokens["label"].astype(str).to_numpy()
-
-    def types(result, label):
-        return set(np.asarray(result.labels)[name == label].tolist())
+    on, off, types, gold = _suite_fit_without("devanagari_free", "_split_forms", monkeypatch)
     e, ii = "DEVANAGARI VOWEL SIGN E", "DEVANAGARI VOWEL SIGN II"
     assert types(off, e) == types(off, ii) and len(types(off, e)) == 1
     assert len(types(on, e)) == 1 and len(types(on, ii)) == 1 and types(on, e) != types(on, ii)
     assert on.info["form_splits"] >= 1 and on.info["k_found"] > off.info["k_found"]
-    gold = corpus.labels()
     assert v_measure_score(gold, on.labels) > v_measure_score(gold, off.labels) + 0.005

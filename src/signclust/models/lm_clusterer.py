@@ -1236,15 +1236,12 @@ class LMSignClusterer(Clusterer):
         The two-covariance model is fitted on the types as they enter. ``moved_once`` (m,) marks the
         forms that moved before (in an earlier turn) and is updated: a form moves once at most, so the
         moves end though the contexts they are read in change under them. Returns the labels and the moves."""
-        cfg = self.cfg
-        z = np.unique(z, return_inverse=True)[1]
-        state = self._form_model(z, x, image_index)
+        z, state = self._form_model(z, x, texts, image_index)
         if state is None:
             return z, 0
-        form_of_token, type_of_form, capacity, model, proj = state
+        cfg, (form_of_token, type_of_form, capacity, model, proj, alpha) = self.cfg, state
         m, k = len(type_of_form), int(z.max()) + 1
         moved_once = np.zeros(m, bool) if moved_once is None else moved_once
-        alpha = context_prior(z, len(texts), k, cfg.context_beta)
         moves = 0
         for _ in range(cfg.max_rounds):
             # each form's neighbours read over the current types; K stays, so alpha does too
@@ -1276,40 +1273,39 @@ class LMSignClusterer(Clusterer):
             moves += len(chosen)
         return z, moves
 
-    def _form_model(self, z, x, image_index):
-        """A clean corpus's forms under the compact labels ``z``: (form of each token, type of each
-        form, the capacity, the two-covariance model, the forms' projected features (m, D)); None
-        where a form is split between types or no model can be fitted. The model learns from the
-        types within the capacity: a type over it holds a stray form, which would teach that a
-        typeface may turn one sign into another."""
+    def _form_model(self, z, x, texts, image_index):
+        """A clean corpus's forms: the labels ``z`` made compact and (form of each token, type of each
+        form, the capacity, the two-covariance model, the forms' projected features (m, D), the
+        context prior), or None where a form is split between types or no model can be fitted. The
+        model learns from the types within the capacity: a type over it holds a stray form, which
+        would teach that a typeface may turn one sign into another."""
+        z = np.unique(z, return_inverse=True)[1]
         form_of_token = np.unique(image_index, return_inverse=True)[1]
         m, k = int(form_of_token.max()) + 1, int(z.max()) + 1
         type_of_form = np.zeros(m, np.int64)
         type_of_form[form_of_token] = z
         if not np.array_equal(type_of_form[form_of_token], z):           # a form split between types
-            return None
+            return z, None
         capacity = form_capacity(np.bincount(type_of_form, minlength=k), np.bincount(z, minlength=k))
         feats = group_sums(x, form_of_token, m) / np.bincount(form_of_token, minlength=m)[:, None]   # (m, D)
         within = np.bincount(type_of_form, minlength=k)[type_of_form] <= capacity
         model = TwoCovariance.fit(feats[within], type_of_form[within], self.cfg.form_shrink) if capacity > 1 else None
         if model is None:
-            return None
-        return form_of_token, type_of_form, capacity, model, model.project(feats)
+            return z, None
+        alpha = context_prior(z, len(texts), k, self.cfg.context_beta)
+        return z, (form_of_token, type_of_form, capacity, model, model.project(feats), alpha)
 
     def _split_forms(self, z, x, texts, image_index) -> tuple[np.ndarray, int]:
         """A clean corpus: each type of more forms than the capacity splits in two where its best
         bipartition gains (``split_gains``). After the moves, what is left over the capacity is two
         signs with no type of their own to go to (devanagari_free: the vowel signs E and II, two
         forms each, in one type). Returns the labels and the splits."""
-        cfg = self.cfg
-        z = np.unique(z, return_inverse=True)[1]
-        state = self._form_model(z, x, image_index)
+        z, state = self._form_model(z, x, texts, image_index)
         if state is None:
             return z, 0
-        form_of_token, type_of_form, capacity, model, proj = state
-        m, k = len(type_of_form), int(z.max()) + 1
-        form_left, form_right = context_counts(form_of_token, texts, m, z, k)           # (m, k+1)
-        alpha = context_prior(z, len(texts), k, cfg.context_beta)
+        form_of_token, type_of_form, capacity, model, proj, alpha = state
+        k, cfg = int(z.max()) + 1, self.cfg
+        form_left, form_right = context_counts(form_of_token, texts, len(type_of_form), z, k)   # (m, k+1)
         splits = 0
         for _, part, gain in split_gains(form_left, form_right, alpha, proj, type_of_form, k, model, capacity,
                                          cfg.w_lm, cfg.w_hom, cfg.w_dup):
