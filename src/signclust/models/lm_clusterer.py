@@ -99,6 +99,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from scipy import sparse
@@ -516,12 +517,16 @@ def context_prior(ref: np.ndarray, n_texts: int, k: int, beta: float) -> np.ndar
     return beta * (k + 1) * freq / freq.sum()
 
 
+def dm_bayes_factor(a: np.ndarray, b: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """log Bayes factor of one shared Dirichlet-multinomial for the rows of counts a and b against
+    one each: log_dm(a + b) - log_dm(a) - log_dm(b)."""
+    return log_dm(a + b, alpha) - log_dm(a, alpha) - log_dm(b, alpha)
+
+
 def lm_gain(left: np.ndarray, right: np.ndarray, alpha: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """dL_LM for merging u[i] with v[i]: log Bayes factor of one shared left and one shared right
     context distribution against two of each."""
-    def bf(c):
-        return log_dm(c[u] + c[v], alpha) - log_dm(c[u], alpha) - log_dm(c[v], alpha)
-    return bf(left) + bf(right)
+    return dm_bayes_factor(left[u], left[v], alpha) + dm_bayes_factor(right[u], right[v], alpha)
 
 
 def neighbour_evidence(z: np.ndarray, texts: list[np.ndarray], symbols: np.ndarray, beta: float) -> float:
@@ -900,9 +905,7 @@ def form_move_gains(form_left: np.ndarray, form_right: np.ndarray, alpha: np.nda
     forms = np.bincount(type_of_form, minlength=k).astype(np.float64)                 # (k,)
     means = group_sums(proj, type_of_form, k) / np.maximum(forms, 1)[:, None]          # (k, D)
     type_left, type_right = group_sums(form_left, type_of_form, k), group_sums(form_right, type_of_form, k)
-
-    def bf(c_a, c_b):
-        return log_dm(c_a + c_b, alpha) - log_dm(c_a, alpha) - log_dm(c_b, alpha)
+    bf = partial(dm_bayes_factor, alpha=alpha)
 
     def nearest(points, fits, n):                     # (len(points), n) indices into fits
         n = min(n, len(fits))
@@ -967,9 +970,7 @@ def split_gains(form_left: np.ndarray, form_right: np.ndarray, alpha: np.ndarray
     over every bipartition (2^(n-1) - 1 of n forms). Arguments as ``form_move_gains``. Returns
     (type, the forms of P, gain) per such type."""
     forms = np.bincount(type_of_form, minlength=k)
-
-    def bf(c_a, c_b):
-        return log_dm(c_a + c_b, alpha) - log_dm(c_a, alpha) - log_dm(c_b, alpha)
+    bf = partial(dm_bayes_factor, alpha=alpha)
     out = []
     for a in np.flatnonzero((forms > capacity) & (forms <= max_forms)):
         fs = np.flatnonzero(type_of_form == a)
