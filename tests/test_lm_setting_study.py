@@ -24,13 +24,15 @@ OTHER = {"pairs": "tokens", "tokens": "pairs"}[CONFIGURED]
 def fake_fits(tiny_corpus, monkeypatch):
     """load_corpus replaced (every name loads one tiny corpus of 4 signs) and the fits: the gold
     labels with the configured same_text, two signs to a type with the other. Returns (names
-    loaded, the params of every fit)."""
+    loaded, the params of every fit); each fit's params also record how many trained encoders
+    the encoder's cache held when it started (``cached``)."""
     corpus = tiny_corpus(n_types=4, per_type=5, n_texts=2, seed=1)
     loaded, fits = [], []
     monkeypatch.setattr(study, "load_corpus", lambda name, prep: loaded.append(name) or corpus)
 
     def fake_fit(self, corpus_, ctx):
-        fits.append(dict(self.params))
+        fits.append(dict(self.params, cached=len(study.visual_encoder._CACHE)))
+        study.visual_encoder._CACHE["a trained encoder"] = None          # as a real fit leaves one
         gold = corpus_.labels()
         z = gold if self.params["same_text"] == CONFIGURED else gold // 2
         return ClusterResult(z, np.zeros(corpus_.n_tokens), {"k_found": len(np.unique(z))})
@@ -47,16 +49,17 @@ def test_main_fits_the_configured_lm_and_each_value(fake_fits, tmp_path):
     default = study.get_clusterer(method, **configured).params
     assert default["same_text"] == CONFIGURED
     assert [f["same_text"] for f in fits] == [CONFIGURED, OTHER] * 2
+    assert [f.pop("cached") for f in fits] == [0] * 4          # no fit reuses another's encoder: times are whole fits
     assert all({**f, "same_text": None} == {**default, "same_text": None} for f in fits)
     text = out.read_text()
     gold = study.load_corpus("c", None).labels()
     lumped = v_measure_score(gold, gold // 2)                   # two signs to a type
     assert 0 < lumped < 1
-    assert f"| corpus | K true | `{CONFIGURED}` K | V | `{OTHER}` K | V |" in text
-    assert f"| a_hands | 4 | **4** (+0%) | 1.000 | 2 (-50%) | {lumped:.3f} |" in text
-    assert f"| `{CONFIGURED}` | 2 of 2 | 0% | 1.000 | +0.0000 | +0.0000 | +0.0000 |" in text
+    assert f"| corpus | K true | `{CONFIGURED}` K | V | s | `{OTHER}` K | V | s |" in text
+    assert f"| a_hands | 4 | **4** (+0%) | 1.000 | 0 | 2 (-50%) | {lumped:.3f} | 0 |" in text    # fake fits: 0 s
+    assert f"| `{CONFIGURED}` | 2 of 2 | 0% | 1.000 | +0.0000 | +0.0000 | +0.0000 | 0 | 0 |" in text
     change = f"{lumped - 1:+.4f}"
-    assert f"| `{OTHER}` | 0 of 2 | 50% | {lumped:.3f} | {change} | {change} | {change} |" in text
+    assert f"| `{OTHER}` | 0 of 2 | 50% | {lumped:.3f} | {change} | {change} | {change} | 0 | 0 |" in text
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -85,7 +88,8 @@ def test_out_is_required_and_the_default_corpora_are_the_noisy_ones(fake_fits, t
 
 def test_values_are_read_as_yaml():
     assert study.show(0.5) == "0.5" and study.show([0.7, 0.8]) == "[0.7, 0.8]" and study.show("near") == "near"
-    rows = {"a": {"k_true": 10, "0.7": (20, 0.8), "0.9": (11, 0.85)},
-            "b": {"k_true": 100, "0.7": (90, 0.9), "0.9": (60, 0.88)}}
+    rows = {"a": {"k_true": 10, "0.7": (20, 0.8, 70.0), "0.9": (11, 0.85, 50.0)},
+            "b": {"k_true": 100, "0.7": (90, 0.9, 80.0), "0.9": (60, 0.88, 64.0)}}
     md = study.markdown(rows, 3, "match_ratio", [0.7, 0.9])
-    assert "seed 3" in md and "| `0.9` | 1 of 2 | 25% | 0.865 | +0.0150 | -0.0200 | +0.0500 |" in md
+    assert "seed 3" in md and "| `0.9` | 1 of 2 | 25% | 0.865 | +0.0150 | -0.0200 | +0.0500 | 57 | 64 |" in md
+    assert "| a | 10 | 20 (+100%) | 0.800 | 70 | **11** (+10%) | 0.850 | 50 |" in md

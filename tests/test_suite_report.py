@@ -20,6 +20,9 @@ FIGURES = {("lm", "a_free"): (0.98, 10, 10), ("lm", "a_hands"): (0.80, 13, 10), 
 
 
 ABLATION = {"a_free": -0.07}                            # Δ V of no_context per free-variation corpus
+#          corpus: seconds of ours' fits (seed: (seconds, resumed))
+TIMINGS = {"a_free": {"seed0": (1.5, False), "seed1": (2.0, False)},
+           "a_hands": {"seed0": (58.0, False), "seed1": (75.0, False), "seed2": (3.0, True)}}
 #       study: (corpus, rho of the context evidence, rho of U, trials); None: the trials did not record it
 RHO = {"lm_a_free_supervised_rho": ("a_free", 0.9, 0.2, 24), "lm_a_hands_supervised_rho": ("a_hands", 0.5, 0.85, 24)}
 
@@ -30,6 +33,13 @@ def _write(folder, skip=()):
         if ("ablation", corpus) not in skip:
             (folder / f"ablation_{corpus}.json").write_text(json.dumps(
                 {"variants": {"no_context": {"delta_v": delta}, "no_pair": {"delta_v": 0.0}}}))
+    timings = folder.parent / "timings"
+    timings.mkdir(exist_ok=True)
+    for corpus, seeds in TIMINGS.items():
+        if ("timings", corpus) not in skip:
+            (timings / f"lm_{corpus}.json").write_text(json.dumps(
+                {"per_seed": {s: {"seconds": t, "resumed": r} for s, (t, r) in seeds.items()},
+                 "platform": {"cpu": {"model name": "Test CPU"}}}))
     studies = folder.parent / "studies"
     studies.mkdir(exist_ok=True)
     for name, (corpus, rho_context, rho_u, n) in RHO.items():
@@ -99,18 +109,18 @@ def test_seed_counts_name_the_suite_and_the_builtin_corpora_apart():
 def test_context_ablation_and_rho_targets_from_their_own_files(tmp_path):
     cfg = suite.config(CFG)
     folder = _write(tmp_path / "m")
-    context, rho = suite.side_verdicts(suite.load_side(cfg, folder, tmp_path / "studies"), cfg)
+    _, context, rho = suite.side_verdicts(suite.load_side(cfg, folder, tmp_path / "studies"), cfg)
     assert context["ok"] and context["measured"] == "1/1 corpora; Δ V -0.070"
     assert not rho["ok"] and rho["misses"] == ["a_hands (+0.50)"]
     assert rho["measured"] == "1/2 studies of 24 trials (one per corpus), median ρ +0.70; U: 1/2, median ρ +0.53"
     assert "objective (controlled context evidence) ranks" in rho["target"]
     # rho_score: unsupervised reads U's rho instead; a study whose trials lack the score is a miss
     u_cfg = {**cfg, "rho_score": "unsupervised"}
-    _, rho = suite.side_verdicts(suite.load_side(u_cfg, folder, tmp_path / "studies"), u_cfg)
+    _, _, rho = suite.side_verdicts(suite.load_side(u_cfg, folder, tmp_path / "studies"), u_cfg)
     assert rho["misses"] == ["a_free (+0.20)"] and rho["measured"].endswith("; controlled context evidence: 1/2, median ρ +0.70")
     RHO["lm_a_free_supervised_rho"] = ("a_free", None, 0.2, 24)
     try:
-        _, rho = suite.side_verdicts(suite.load_side(cfg, _write(tmp_path / "m3"), tmp_path / "studies"), cfg)
+        _, _, rho = suite.side_verdicts(suite.load_side(cfg, _write(tmp_path / "m3"), tmp_path / "studies"), cfg)
     finally:
         RHO["lm_a_free_supervised_rho"] = ("a_free", 0.9, 0.2, 24)
     assert rho["misses"] == ["a_free (–)", "a_hands (+0.50)"] and rho["measured"].startswith("0/2 studies of 24 trials (one per corpus), median ρ +0.50;")
@@ -121,7 +131,7 @@ def test_context_ablation_and_rho_targets_from_their_own_files(tmp_path):
     # a cheap context term is a miss; a variant the ablation did not run is one error
     ABLATION["a_free"] = -0.01
     try:
-        context, _ = suite.side_verdicts(suite.load_side(cfg, _write(tmp_path / "m2"), tmp_path / "studies"), cfg)
+        _, context, _ = suite.side_verdicts(suite.load_side(cfg, _write(tmp_path / "m2"), tmp_path / "studies"), cfg)
     finally:
         ABLATION["a_free"] = -0.07
     assert not context["ok"] and context["misses"] == ["a_free (-0.010)"]
@@ -145,3 +155,28 @@ def test_the_rho_note_is_printed_under_the_targets_only_when_given(tmp_path):
     noted = {"report": {"suite": {**CFG["report"]["suite"], "rho_note": ["made with", "an earlier `lm`."]}}}
     text = suite.build(noted, folder, tmp_path / "s.md", None)
     assert text.rstrip().endswith("The ρ studies: made with an earlier `lm`.")
+
+
+def test_time_target_reads_the_fresh_fits_of_the_train_stages_timings(tmp_path):
+    """The slowest fresh fit decides; a fit resumed from a checkpoint (3 s) is left out; a timings file
+    missing, or of resumed fits only, is one error unless partial."""
+    cfg = suite.config(CFG)
+    folder = _write(tmp_path / "m")
+    time, _, _ = suite.side_verdicts(suite.load_side(cfg, folder, tmp_path / "studies"), cfg)
+    assert not time["ok"] and time["misses"] == ["a_hands (75 s)"]
+    assert time["measured"] == "1/2 corpora; slowest 75 s (a_hands); median fit 30 s; on Test CPU"   # of 1.5, 2, 58, 75
+    assert time["target"] == "at most 60 s per fit of `lm` on a suite corpus and seed (fresh fits, `reports/timings/`)"
+    fast = {**cfg, "targets": {**cfg["targets"], "seconds": 80}}
+    assert suite.side_verdicts(suite.load_side(fast, folder, tmp_path / "studies"), fast)[0]["ok"]
+    text = suite.build(CFG, folder, tmp_path / "s.md", None)
+    assert "| at most 60 s per fit of `lm` on a suite corpus and seed (fresh fits, `reports/timings/`) | 1/2 corpora;" in text
+    TIMINGS["a_free"] = {"seed0": (1.0, True)}
+    try:
+        (tmp_path / "other").mkdir()
+        folder = _write(tmp_path / "other" / "m", skip={("timings", "a_hands")})    # its own timings folder
+    finally:
+        TIMINGS["a_free"] = {"seed0": (1.5, False), "seed1": (2.0, False)}
+    with pytest.raises(UserError, match="2 file\\(s\\) missing: lm_a_free.json \\(resumed fits only\\), lm_a_hands.json"):
+        suite.build(CFG, folder, tmp_path / "s.md", None)
+    text = suite.build(CFG, folder, tmp_path / "s.md", None, partial=True)
+    assert "(fresh fits, `reports/timings/`) | not measured | **not met** |" in text

@@ -11,7 +11,9 @@ Reads reports/metrics/<run>_<corpus>.json (the evaluate stage) for the corpora o
 - reports/figures/suite.png: V per corpus (ours, the references, the best deep baseline) and
   K found against K true.
 
-Two targets are measured outside the evaluate stage, and read here from their own outputs: what
+Three targets are measured outside the evaluate stage, and read here from their own outputs: the
+wall time of each fit of ours on a suite corpus (the train stage's reports/timings/<ours>_<corpus>.json,
+fresh fits only: a fit resumed from a checkpoint says so there and is left out), what
 removing the context term costs on the free-variation corpora (the ablation stage's
 reports/metrics/ablation_<corpus>.json, variant ``report.suite.context_ablation``), and whether
 the label-free objective ranks configurations like V-measure (Spearman rho, over the trials of each
@@ -51,7 +53,7 @@ DEFAULTS = {
     "rho_score": "context",     # the label-free score of the rho target: one of tuning.study.LABEL_FREE
     "rho_note": [],             # lines printed under the targets: what the studies were made with, if not the current code
     "targets": {"margin_over": "ward_pixels", "margin": 0.05, "k_within": 0.2, "k_median_within": 0.1,
-                "free_v": 0.97, "context_cost": 0.05, "rho": 0.8},
+                "free_v": 0.97, "seconds": 60.0, "context_cost": 0.05, "rho": 0.8},
 }
 
 
@@ -86,12 +88,27 @@ def load(metrics_dir: Path, runs: list[str], corpora: list[str]) -> dict[tuple[s
     return docs
 
 
-def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = False) -> dict:
-    """The ablation's context cost per free-variation corpus, {corpus: delta V}, and each named
+def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = False,
+              timings_dir: Path | None = None) -> dict:
+    """Ours' wall times per suite corpus, {corpus: [seconds of each fresh fit]}, and the CPUs that
+    took them; the ablation's context cost per free-variation corpus, {corpus: delta V}; and each named
     study's rho for each label-free score, {score: {study: (corpus, rho, trials)}} (rho None where the
-    study's trials did not record that score). A missing file is an error naming it (with ``partial``:
-    left out, and the target says what was measured)."""
-    side: dict = {"ablation": {}, "rho": {s: {} for s in LABEL_FREE}, "missing": []}
+    study's trials did not record that score). A missing file (or a timings file of resumed fits only)
+    is an error naming it (with ``partial``: left out, and the target says what was measured).
+    ``timings_dir``: reports/timings/ beside ``metrics_dir`` unless given."""
+    side: dict = {"seconds": {}, "cpus": [], "ablation": {}, "rho": {s: {} for s in LABEL_FREE}, "missing": []}
+    timings_dir = Path(timings_dir) if timings_dir is not None else Path(metrics_dir).parent / "timings"
+    for c in cfg["corpora"]:
+        path = timings_dir / f"{cfg['ours']}_{c}.json"
+        doc = json.loads(path.read_text()) if path.is_file() else {}
+        fresh = [float(s["seconds"]) for s in (doc.get("per_seed") or {}).values() if not s.get("resumed")]
+        if not fresh:
+            side["missing"].append(f"{path.name} (resumed fits only)" if doc else path.name)
+            continue
+        side["seconds"][c] = fresh
+        cpu = ((doc.get("platform") or {}).get("cpu") or {}).get("model name")
+        if cpu and cpu not in side["cpus"]:
+            side["cpus"].append(cpu)
     for c in [c for c in cfg["corpora"] if regime(c) == "free"]:
         path = Path(metrics_dir) / f"ablation_{c}.json"
         if not path.is_file():
@@ -112,14 +129,23 @@ def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = F
             agree = (doc.get("agreement") or {}).get(f"{score}_vs_v") or {}
             side["rho"][score][name] = (doc["corpus"], agree.get("rho"), int(agree.get("n") or 0))
     if side["missing"] and not partial:
-        raise UserError(f"{len(side['missing'])} file(s) missing: {', '.join(side['missing'][:4])}; run the ablation "
-                        "stages (dvc repro ablation) and the studies of report.suite.rho_studies first")
+        raise UserError(f"{len(side['missing'])} file(s) missing: {', '.join(side['missing'][:4])}; run the train "
+                        "and ablation stages (dvc repro) and the studies of report.suite.rho_studies first")
     return side
 
 
 def side_verdicts(side: dict, cfg: dict) -> list[dict]:
-    """The two targets measured by the ablation and by the tuning studies."""
+    """The three targets measured by the train stage's timings, the ablation and the tuning studies."""
     t, out = cfg["targets"], []
+    secs = side["seconds"]
+    slow = [f"{c} ({max(s):.0f} s)" for c, s in secs.items() if max(s) > t["seconds"]]
+    slowest = max(secs, key=lambda c: max(secs[c])) if secs else None
+    out.append({"target": f"at most {t['seconds']:g} s per fit of `{cfg['ours']}` on a suite corpus and seed "
+                          "(fresh fits, `reports/timings/`)",
+                "measured": (f"{len(secs) - len(slow)}/{len(secs)} corpora; slowest {max(secs[slowest]):.0f} s "
+                             f"({slowest}); median fit {np.median([x for s in secs.values() for x in s]):.0f} s"
+                             + (f"; on {', '.join(side['cpus'])}" if side["cpus"] else "")
+                             if secs else "not measured"), "ok": bool(secs) and not slow, "misses": slow})
     abl = side["ablation"]
     cheap = [f"{c} ({d:+.3f})" for c, d in abl.items() if -d < t["context_cost"]]
     out.append({"target": f"removing the context term (`{cfg['context_ablation']}`) costs ≥ {t['context_cost']} V "
@@ -297,7 +323,7 @@ def figure(docs: dict, cfg: dict, path: Path) -> None:
 
 
 def build(params: dict, metrics_dir: Path, out_md: Path, out_png: Path | None, partial: bool = False,
-          studies_dir: Path | None = None) -> str:
+          studies_dir: Path | None = None, timings_dir: Path | None = None) -> str:
     """Write the report. ``partial``: rows other than ours and the references that lack a corpus's
     metrics are left out (and named in the report) instead of being an error."""
     cfg = config(params)
@@ -311,7 +337,7 @@ def build(params: dict, metrics_dir: Path, out_md: Path, out_png: Path | None, p
         runs = [r for r in runs if r in have]
     docs = load(metrics_dir, runs, every)
     seeds = {r: seed_counts(docs, r, cfg["corpora"], cfg["builtin"]) for r in runs}
-    side = load_side(cfg, metrics_dir, studies_dir or Path(metrics_dir).parent / "studies", partial)
+    side = load_side(cfg, metrics_dir, studies_dir or Path(metrics_dir).parent / "studies", partial, timings_dir)
     text = markdown(docs, cfg, seeds, side)
     atomic_write_text(out_md, text)
     if out_png is not None:
@@ -325,12 +351,13 @@ def main(argv=None):
     ap.add_argument("--metrics-dir", default=str(REPO_ROOT / "reports" / "metrics"))
     ap.add_argument("--out", default=str(REPO_ROOT / "reports" / "suite.md"))
     ap.add_argument("--studies-dir", default=str(REPO_ROOT / "reports" / "studies"))
+    ap.add_argument("--timings-dir", default=str(REPO_ROOT / "reports" / "timings"))
     ap.add_argument("--figure", default=str(REPO_ROOT / "reports" / "figures" / "suite.png"))
     ap.add_argument("--partial", action="store_true",
                     help="leave out (and name) the rows not yet evaluated on every corpus instead of failing")
     args = ap.parse_args(argv)
     text = build(load_params(), Path(args.metrics_dir), Path(args.out), Path(args.figure), partial=args.partial,
-                 studies_dir=Path(args.studies_dir))
+                 studies_dir=Path(args.studies_dir), timings_dir=Path(args.timings_dir))
     print(text.split("## Targets", 1)[1].strip())
 
 
