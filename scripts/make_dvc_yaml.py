@@ -140,7 +140,7 @@ def build(params: dict) -> dict:
         + [f"reports/timings/{suite_cfg['ours']}_{c}.json" for c in suite_cfg["corpora"]]
         + [f"reports/metrics/ablation_{c}.json" for c in suite_cfg["corpora"] if c.endswith("_free")]
         + [f"reports/studies/{s}.json" for s in suite_cfg.get("rho_studies") or []]
-        + ["src/signclust/reports/suite.py"],
+        + ["src/signclust/reports/suite.py", "src/signclust/reports/table.py"],
         "params": ["report.suite"],
         "outs": [out_file("reports/suite.md"), out_file("reports/figures/suite.png")]}
     ablate = ["cypriot"] + [c for c in suite if c.endswith("_free")] + ["latin_hands", "latin_handwriting"]

@@ -36,6 +36,7 @@ import numpy as np
 from signclust.config import REPO_ROOT, load_params
 from signclust.errors import UserError, cli_main
 from signclust.io import atomic_path, atomic_write_text
+from signclust.reports.table import fresh_seconds
 from signclust.tuning.study import LABEL_FREE
 
 # the label-free scores a tuning trial records, as the target names them
@@ -101,7 +102,7 @@ def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = F
     for c in cfg["corpora"]:
         path = timings_dir / f"{cfg['ours']}_{c}.json"
         doc = json.loads(path.read_text()) if path.is_file() else {}
-        fresh = [float(s["seconds"]) for s in (doc.get("per_seed") or {}).values() if not s.get("resumed")]
+        fresh = fresh_seconds(doc)
         if not fresh:
             side["missing"].append(f"{path.name} (resumed fits only)" if doc else path.name)
             continue

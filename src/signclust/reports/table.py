@@ -55,10 +55,16 @@ def load_metrics(metrics_dir: Path, corpora: list | None = None, timings_dir: Pa
     return docs
 
 
+def fresh_seconds(timings: dict) -> list[float]:
+    """The wall times of a reports/timings/ file's fresh fits (a fit resumed from a checkpoint says so
+    there and is left out: its time is not a fit's)."""
+    return [float(t["seconds"]) for t in (timings.get("per_seed") or {}).values() if not t.get("resumed")]
+
+
 def add_wall_time(doc: dict, path: Path) -> None:
     if not path.is_file():
         return
-    fresh = [t["seconds"] for t in json.loads(path.read_text()).get("per_seed", {}).values() if not t.get("resumed")]
+    fresh = fresh_seconds(json.loads(path.read_text()))
     if fresh:
         doc["mean"]["seconds"] = float(np.mean(fresh))
         doc["std"]["seconds"] = float(np.std(fresh, ddof=1)) if len(fresh) > 1 else 0.0
