@@ -326,3 +326,36 @@ def test_self_rounds_train_the_encoder_on_the_fitted_types_and_fit_again(monkeyp
     fits.clear()
     default = get_clusterer("lm", **kw).fit(corpus, ctx)
     assert L.LMConfig().self_rounds == 1 and len(fits) == 2 and len(default.info["self_training_k"]) == 2
+
+
+def test_compute_dtype_follows_the_setting_and_auto_follows_the_hardware(monkeypatch):
+    import signclust.models.visual_encoder as E
+    cpu = torch.device("cpu")
+    assert E.compute_dtype("fp32", cpu) == torch.float32
+    assert E.compute_dtype("bf16", cpu) == torch.bfloat16
+    for avx512_bf16, amx, expect in [(False, False, torch.float32), (True, False, torch.bfloat16),
+                                     (False, True, torch.bfloat16)]:
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        assert E.compute_dtype("auto", cpu) == expect
+    with pytest.raises(ValueError, match="'fp16' is not one of"):
+        E.compute_dtype("fp16", cpu)
+
+
+def test_a_bf16_encoder_is_deterministic_float32_and_sees_past_the_pen_as_fp32_does():
+    images, signs = two_hand_glyphs()
+    forms = np.tile(np.repeat([0, 1], 24), 3)
+    fp32 = EncoderConfig(epochs=8, strength=1.0, batch=48)
+    bf16 = replace(fp32, precision="bf16")
+    a = train_encoder(images, bf16, seed=0, device="cpu", cache=False)
+    assert a.dtype == np.float32 and np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(a, train_encoder(images, bf16, seed=0, device="cpu", cache=False))
+    b = train_encoder(images, fp32, seed=0, device="cpu", cache=False)
+    assert not np.allclose(a, b, atol=1e-3)                   # the passes did run in bf16
+    assert nearest_other_form_accuracy(a, signs, forms) > 0.85
+
+
+def test_lm_rejects_an_unknown_encoder_precision():
+    from signclust.errors import UserError
+    with pytest.raises(UserError, match="encoder_precision"):
+        get_clusterer("lm", encoder_precision="fp16")

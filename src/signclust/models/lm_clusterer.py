@@ -129,6 +129,9 @@ class LMConfig:
                                            doc="deformation scale of the encoder's views (1: the usual glyph augmentation)")
     glyph_weight: float = config_field(0.5, float, min=0,
                                        doc="with the encoder: weight of the glyph features beside its features")
+    encoder_precision: str = config_field("auto", str, choices=("auto", "bf16", "fp32"),
+                                          doc="the encoder's training passes: bf16 (mixed precision), fp32, or auto "
+                                              "(bf16 where the device has it in hardware, else fp32)")
     encoder_pair_rounds: int = config_field(2, int, min=0,
                                             doc="noisy corpus: rounds of encoder training on mined pairs (within-text "
                                                 "mutual nearest neighbours, mined again each round; 0: none)")
@@ -285,7 +288,8 @@ def with_encoder(feats: np.ndarray, images: np.ndarray, cfg: LMConfig, ctx: FitC
     types that context and the merges joined across hands become the variation to ignore."""
     from signclust.models.visual_encoder import EncoderConfig, train_encoder
     glyphs = normalize_glyphs(images)
-    ecfg = EncoderConfig(cfg.encoder_epochs, cfg.encoder_strength, pair_epochs=cfg.encoder_pair_epochs)
+    ecfg = EncoderConfig(cfg.encoder_epochs, cfg.encoder_strength, pair_epochs=cfg.encoder_pair_epochs,
+                         precision=cfg.encoder_precision)
 
     def joined(enc: np.ndarray) -> np.ndarray:
         return np.concatenate([cfg.glyph_weight * unit_variance(feats), unit_variance(enc)], axis=1).astype(np.float32)

@@ -46,6 +46,30 @@ class EncoderConfig:
     lr: float = 3e-3
     max_images: int = 20000   # an epoch sees at most this many images (a random subset beyond)
     pair_epochs: int = 30     # epochs of each round of ``pairs`` (train_encoder)
+    precision: str = "fp32"   # of the training steps' network: "fp32", "bf16" or "auto" (compute_dtype)
+
+
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def native_bf16(dev: torch.device) -> bool:
+    """Whether ``dev`` multiplies bfloat16 in hardware: a CUDA GPU that supports it, or a CPU with
+    AVX512-BF16 or AMX. Elsewhere oneDNN emulates bf16 convolutions, slower than float32
+    (benchmarks/bench_encoder.py: 1.2x the float32 step with AVX-512 alone, 7x with AVX2)."""
+    if dev.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def compute_dtype(precision: str, dev: torch.device) -> torch.dtype:
+    """The dtype of the encoder's training forward and backward passes: bfloat16 for "bf16", and
+    for "auto" where the device has it in hardware (``native_bf16``); float32 otherwise. The
+    weights, Adam's moments, the loss and the returned features stay float32 (mixed precision)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"encoder precision {precision!r} is not one of {PRECISIONS}")
+    if precision == "auto":
+        precision = "bf16" if native_bf16(torch.device(dev)) else "fp32"
+    return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
 def elastic(x: torch.Tensor, alpha: float, gen: torch.Generator, grid: int = 4) -> torch.Tensor:
@@ -139,13 +163,16 @@ def _parts(glyphs: np.ndarray, cfg: EncoderConfig, dev, gen: torch.Generator):
     return net, head, opt, view
 
 
-def _step(net, head, opt, view, a: np.ndarray, b: np.ndarray, tau: float) -> torch.Tensor:
-    """One NT-Xent step with images a[i] and b[i] (B, H, W) as the twins (b is a: SimCLR)."""
+def _step(net, head, opt, view, a: np.ndarray, b: np.ndarray, tau: float,
+          dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """One NT-Xent step with images a[i] and b[i] (B, H, W) as the twins (b is a: SimCLR); the
+    network's passes in ``dtype`` (compute_dtype), the views and the loss in float32."""
     xa = images_to_tensor(a)                                            # (B, 1, H, W)
     xb = xa if b is a else images_to_tensor(b)
     # both views in one forward pass: BatchNorm normalises them with the same statistics
     views = torch.cat([view(xa), view(xb)]).contiguous(memory_format=torch.channels_last)
-    z = head(net(views))                                                # (2B, 64)
+    with torch.autocast(views.device.type, dtype=dtype, enabled=dtype != torch.float32):
+        z = head(net(views)).float()                                    # (2B, 64)
     loss = nt_xent(z[:len(a)], z[len(a):], tau)
     opt.zero_grad()
     loss.backward()
@@ -183,10 +210,11 @@ def _train(glyphs: np.ndarray, cfg: EncoderConfig, seed: int, dev, progress: boo
     gen = torch.Generator().manual_seed(seed)
     net, head, opt, view = _parts(glyphs, cfg, dev, gen)
     steps = -(-min(len(glyphs), cfg.max_images) // cfg.batch)
+    dtype = compute_dtype(cfg.precision, dev)
 
     def step(idx):
         batch = glyphs[idx]
-        return _step(net, head, opt, view, batch, batch, cfg.tau)
+        return _step(net, head, opt, view, batch, batch, cfg.tau, dtype)
     _epochs(cfg.epochs, "encoder", progress,
             lambda: shuffled_batches(len(glyphs), cfg.batch, gen, drop_last=False)[:steps], step)
     return _features(net, glyphs, cfg, dev), _state(net, head, opt, gen)
@@ -205,9 +233,10 @@ def _refine(glyphs: np.ndarray, cfg: EncoderConfig, before: dict, pairs: Pairs, 
     # place, so the cached state would go on from this round the next time it is read
     opt.load_state_dict(copy.deepcopy(before["opt"]))
     a, b = (np.asarray(p, dtype=np.int64) for p in pairs)
+    dtype = compute_dtype(cfg.precision, dev)
     if len(a) != len(b):
         raise ValueError(f"train_encoder: a round of pairs has {len(a)} first and {len(b)} second images")
     _epochs(cfg.pair_epochs, f"encoder pairs {round_}", progress,
             lambda: shuffled_batches(len(a), cfg.batch, gen, drop_last=False),
-            lambda idx: _step(net, head, opt, view, glyphs[a[idx]], glyphs[b[idx]], cfg.tau))
+            lambda idx: _step(net, head, opt, view, glyphs[a[idx]], glyphs[b[idx]], cfg.tau, dtype))
     return _features(net, glyphs, cfg, dev), _state(net, head, opt, gen)
