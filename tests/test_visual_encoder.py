@@ -355,7 +355,12 @@ def test_a_bf16_encoder_is_deterministic_float32_and_sees_past_the_pen_as_fp32_d
     assert nearest_other_form_accuracy(a, signs, forms) > 0.85
 
 
-def test_lm_rejects_an_unknown_encoder_precision():
+def test_lm_rejects_an_unknown_encoder_precision_and_offers_what_the_encoder_knows():
     from signclust.errors import UserError
+    from signclust.models.lm_clusterer import LMConfig
+    from signclust.models.params import params_of
+    from signclust.models.visual_encoder import PRECISIONS
     with pytest.raises(UserError, match="encoder_precision"):
         get_clusterer("lm", encoder_precision="fp16")
+    # lm_clusterer spells the choices out to keep torch out of its import; they must stay the encoder's
+    assert params_of(LMConfig)["encoder_precision"].choices == PRECISIONS
