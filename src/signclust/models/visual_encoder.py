@@ -54,8 +54,8 @@ PRECISIONS = ("auto", "bf16", "fp32")
 
 def native_bf16(dev: torch.device) -> bool:
     """Whether ``dev`` multiplies bfloat16 in hardware: a CUDA GPU that supports it, or a CPU with
-    AVX512-BF16 or AMX. Elsewhere oneDNN emulates bf16 convolutions, slower than float32
-    (benchmarks/bench_encoder.py: 1.2x the float32 step with AVX-512 alone, 7x with AVX2)."""
+    AVX512-BF16 or AMX. Elsewhere oneDNN emulates bf16 convolutions and a step is slower than in
+    float32 (benchmarks/bench_encoder.py under ONEDNN_MAX_CPU_ISA; figures in the README)."""
     if dev.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
