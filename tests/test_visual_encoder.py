@@ -331,6 +331,8 @@ def test_self_rounds_train_the_encoder_on_the_fitted_types_and_fit_again(monkeyp
 def test_compute_dtype_follows_the_setting_and_auto_follows_the_hardware(monkeypatch):
     import signclust.models.visual_encoder as E
     cpu = torch.device("cpu")
+    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):                 # no cap on oneDNN at first
+        monkeypatch.delenv(var, raising=False)
     assert E.compute_dtype("fp32", cpu) == torch.float32
     assert E.compute_dtype("bf16", cpu) == torch.bfloat16
     for avx512_bf16, amx, expect in [(False, False, torch.float32), (True, False, torch.bfloat16),
@@ -340,6 +342,18 @@ def test_compute_dtype_follows_the_setting_and_auto_follows_the_hardware(monkeyp
         assert E.compute_dtype("auto", cpu) == expect
     with pytest.raises(ValueError, match="'fp16' is not one of"):
         E.compute_dtype("fp16", cpu)
+    # bf16 hardware (AMX, the last case above), but oneDNN capped below it, where it would emulate bf16:
+    # auto keeps float32
+    for var, cap, expect in [("ONEDNN_MAX_CPU_ISA", "AVX2", torch.float32),
+                             ("ONEDNN_MAX_CPU_ISA", "avx512_core", torch.float32),
+                             ("DNNL_MAX_CPU_ISA", "AVX512_CORE_VNNI", torch.float32),
+                             ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", torch.bfloat16),
+                             ("ONEDNN_MAX_CPU_ISA", "ALL", torch.bfloat16)]:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+        monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+        monkeypatch.setenv(var, cap)
+        assert E.compute_dtype("auto", cpu) == expect, (var, cap)
+        assert E.compute_dtype("bf16", cpu) == torch.bfloat16          # forced: the cap is the user's business
 
 
 def test_a_bf16_encoder_is_deterministic_float32_and_sees_past_the_pen_as_fp32_does():

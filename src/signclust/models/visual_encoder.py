@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 from collections import OrderedDict
 from dataclasses import astuple, dataclass, replace
 
@@ -52,12 +53,22 @@ class EncoderConfig:
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
+# oneDNN instruction-set caps (ONEDNN_MAX_CPU_ISA, formerly DNNL_MAX_CPU_ISA) below AVX512_CORE_BF16:
+# under them oneDNN emulates bf16 whatever the CPU has
+_ISA_CAPS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
+                                    "AVX512_CORE_VNNI"})
+
+
 def native_bf16(dev: torch.device) -> bool:
     """Whether ``dev`` multiplies bfloat16 in hardware: a CUDA GPU that supports it, or a CPU with
-    AVX512-BF16 or AMX. Elsewhere oneDNN emulates bf16 convolutions and a step is slower than in
-    float32 (benchmarks/bench_encoder.py under ONEDNN_MAX_CPU_ISA; figures in the README)."""
+    AVX512-BF16 or AMX whose oneDNN is not capped below them. Elsewhere oneDNN emulates bf16
+    convolutions and a step is slower than in float32 (benchmarks/bench_encoder.py under
+    ONEDNN_MAX_CPU_ISA; figures in the README)."""
     if dev.type == "cuda":
         return torch.cuda.is_bf16_supported()
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    if cap.strip().upper() in _ISA_CAPS_WITHOUT_BF16:
+        return False
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
