@@ -797,6 +797,59 @@ def test_merge_goes_down_to_one_type(monkeypatch):
     assert out.tolist() == [0, 0, 0, 0] and len(history) == 1 and len(seen) == 1
 
 
+def _path_setup(n=40, seed=0):
+    """40 tokens on a line, each its own type, in four texts; a token graph of 4 neighbours; three
+    fixed neighbour symbols by position on the line."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0, 10, n))[:, None]
+    texts = np.split(rng.permutation(n), [10, 20, 30])
+    d = np.abs(x[:, None, 0] - x[None, :, 0])
+    np.fill_diagonal(d, np.inf)
+    nb = np.argsort(d, axis=1, kind="stable")[:, :4]
+    edges = (np.repeat(np.arange(n), 4), nb.ravel(), d[np.arange(n)[:, None], nb].ravel())
+    return x, np.arange(n), texts, edges, np.arange(n) * 3 // n
+
+
+@pytest.mark.parametrize("margin, kept", [(0.0, 1), (1.0, 1), (2.0, 3), (1e9, 3)])
+def test_path_evidence_keeps_the_best_state_of_the_merge_path_against_a_rerun_per_round(margin, kept):
+    """The state kept against the naive reference: the loop rerun with max_rounds = 0, 1, ..., R,
+    each end scored by neighbour_evidence; the best (first of equals) where it beats the end by more
+    than the margin, else the end. On this path the best is round 1, 1.30 nats above the end (3)."""
+    x, z, texts, edges, symbols = _path_setup()
+    pair = L.PairModel(a=2.0, b=1.5, n_positive=10)
+    ctx = FitContext(seed=0, progress=False, device="cpu")
+
+    def run(max_rounds, path=None, **params):
+        model = get_clusterer("lm", max_rounds=max_rounds, batch=0.2, **params)
+        model.edges = edges
+        history = []
+        return model._merge(z, x, texts, pair, None, history, ctx, path=path, symbols=symbols), history
+    end, history = run(1000)
+    rounds = len(history)
+    states = [run(r)[0] for r in range(rounds + 1)]
+    evidence = [L.neighbour_evidence(np.unique(s, return_inverse=True)[1], texts, symbols, 1.0) for s in states]
+    best = int(np.argmax(evidence))
+    want = best if evidence[best] > evidence[-1] + margin else rounds
+    compact = lambda labels: np.unique(labels, return_inverse=True)[1]   # noqa: E731  (types keep their numbers)
+    assert (rounds, want) == (3, kept) and np.array_equal(compact(states[-1]), compact(end))
+    path = {}
+    out, _ = run(1000, path, path_evidence=True, path_margin=margin)
+    assert np.array_equal(compact(out), compact(states[want]))
+    assert path == {"rounds": rounds, "kept_round": want, "evidence_start": evidence[0],
+                    "evidence_end": evidence[-1], "evidence_kept": evidence[want]}
+
+
+def test_path_evidence_with_an_unreachable_margin_is_the_fit_without_it():
+    corpus = hand_split_corpus(n_texts=12, length=20)
+    kw = dict(encoder_pair_rounds=0, self_rounds=0, style_alignment=False)
+    off, on = fit(corpus, path_evidence=False, **kw), fit(corpus, path_margin=1e9, **kw)   # on: the default
+    assert np.array_equal(off.labels, on.labels) and "merge_path" not in off.info
+    path = on.info["merge_path"]
+    assert path["kept_round"] == path["rounds"] and path["evidence_kept"] == path["evidence_end"]
+    assert path["evidence_kept"] == on.info["selection"][[s["pair_ratio"] for s in on.info["selection"]].index(
+        on.info["pair_ratio"])]["evidence"]
+
+
 def test_avoidance_against_loops_and_its_two_extremes():
     rng = np.random.default_rng(3)
     z = rng.integers(5, size=60)
@@ -964,7 +1017,7 @@ def test_fit_keeps_the_ratio_whose_types_have_the_highest_evidence(monkeypatch):
 
     graphs = []
 
-    def cluster(self, x_, t_, clean, image_index, pair, ctx, t0=None, graph=None):   # K = 10 x the ratio
+    def cluster(self, x_, t_, clean, image_index, pair, ctx, t0=None, graph=None, symbols=None):   # K = 10 x the ratio
         assert ctx.log_metrics is None and not clean                        # candidates log nothing
         graphs.append(graph)
         k = round(pair * 10)

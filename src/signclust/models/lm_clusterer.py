@@ -199,6 +199,13 @@ class LMConfig:
     candidates: int = config_field(10, int, min=1, doc="partners per type (visual and context neighbours)")
     batch: float = config_field(0.05, float, gt=0, max=1, doc="at most this share of the types merges per round")
     max_rounds: int = config_field(1000, int, min=0, doc="merge rounds (0: the micro-clusters alone)")
+    path_evidence: bool = config_field(True, bool,
+                                       doc="noisy corpus: score every state of the merge path by neighbour_evidence and "
+                                           "keep the best one where it beats the path's end by more than path_margin "
+                                           "(the merges then stop where the types stop predicting their neighbours; "
+                                           "false: the end, the default before; reports/path_evidence_study.md)")
+    path_margin: float = config_field(10.0, float, min=0,
+                                      doc="path_evidence: nats an earlier state must gain over the path's end")
     refits: int = config_field(0, int, min=0, doc="refit the pair model on within-text pairs of the types found, "
                                "then merge again (opt-in: fewer types, mixed V; README 'Methods')")
     # after the fit
@@ -1093,13 +1100,20 @@ class LMSignClusterer(Clusterer):
         holds two fits at a time, scripts/pair_ratio_sweep.py scores every one."""
         cfg = self.cfg
         graph = self.graph(x, ctx.seed)
-        symbols = graph[1] if cfg.select_symbols == cfg.coarse_contexts else \
-            coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, ctx.seed)
+        symbols = self.evidence_symbols(x, graph, ctx.seed)
         quiet = dataclasses.replace(ctx, log_metrics=None)
         for ratio in ratios:
             result = self.cluster(x, texts, False, image_index, corpus_pair_model(x, texts, ratio, ctx.seed),
-                                  quiet, time.time(), graph)
+                                  quiet, time.time(), graph, symbols)
             yield ratio, result, neighbour_evidence(result.labels, texts, symbols, cfg.select_beta)
+
+    def evidence_symbols(self, x: np.ndarray, graph: tuple, seed: int) -> np.ndarray:
+        """The fixed neighbour symbols ``neighbour_evidence`` reads (one per token): the graph's coarse
+        context symbols when they are as many, else a Ward cut of their own."""
+        cfg = self.cfg
+        if cfg.select_symbols == cfg.coarse_contexts and graph[1] is not None:
+            return graph[1]
+        return coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, seed)
 
     def graph(self, x: np.ndarray, seed: int) -> tuple[tuple, np.ndarray | None, np.ndarray | None]:
         """What a noisy corpus's fit reads besides the types, the same for every pair model: the
@@ -1117,15 +1131,20 @@ class LMSignClusterer(Clusterer):
 
     def cluster(self, x: np.ndarray, texts: list[np.ndarray], clean: bool, image_index: np.ndarray,
                 pair: PairModel | None, ctx: FitContext, t0: float | None = None,
-                graph: tuple | None = None) -> ClusterResult:
+                graph: tuple | None = None, symbols: np.ndarray | None = None) -> ClusterResult:
         """The types from the visual side (``features``) and a pair model: micro-clusters, then the
         merges. ``fit`` calls it once with no pair model on a clean corpus; ``select`` passes each
         candidate pair model and the ``graph`` they share (unused without a pair model); a diagnosis
-        may pass another model (scripts/pair_model_calibration.py passes the true pairs' fit)."""
+        may pass another model (scripts/pair_model_calibration.py passes the true pairs' fit).
+        ``symbols``: ``evidence_symbols`` when already drawn (``candidates``), for ``path_evidence``."""
         cfg, t0 = self.cfg, time.time() if t0 is None else t0
         coarse = tree = None
         if pair is not None:
-            self.edges, coarse, tree = graph if graph is not None else self.graph(x, ctx.seed)
+            graph = graph if graph is not None else self.graph(x, ctx.seed)
+            self.edges, coarse, tree = graph
+            if cfg.path_evidence and symbols is None:
+                symbols = self.evidence_symbols(x, graph, ctx.seed)
+        path = {} if pair is not None and cfg.path_evidence else None
         z = micro_clusters(x, image_index, clean, pair, cfg, ctx.seed, tree)
         k0 = int(z.max()) + 1
         setup_s = time.time() - t0
@@ -1136,8 +1155,8 @@ class LMSignClusterer(Clusterer):
                 if new is None:
                     break
                 pair = new
-            z = self._merge(z, x, texts, pair, coarse, history, ctx)
-        form_info = {}
+            z = self._merge(z, x, texts, pair, coarse, history, ctx, path=path, symbols=symbols)
+        form_info = {} if path is None else {"merge_path": path}
         if clean and cfg.join_forms:
             z, form_info = self._forms_and_merges(z, x, texts, image_index, history, ctx)
         z = np.unique(z, return_inverse=True)[1]
@@ -1148,11 +1167,21 @@ class LMSignClusterer(Clusterer):
                 "seconds_fit": time.time() - t0, "history": history, **form_info}
         return ClusterResult(z, embedding, info)
 
-    def _merge(self, z, x, texts, pair, coarse, history, ctx, forms=None):
+    def _merge(self, z, x, texts, pair, coarse, history, ctx, forms=None, path=None, symbols=None):
         """Merge rounds while the best disjoint pairs gain. ``forms`` (a clean corpus, after
-        ``_join_forms``): (form of each token, capacity), and no merge may give a type more forms."""
+        ``_join_forms``): (form of each token, capacity), and no merge may give a type more forms.
+        ``path`` (a dict, with ``symbols``; ``path_evidence``): every state from the start to the end
+        is scored by ``neighbour_evidence``, and the best is returned instead of the end where it
+        gains more than ``path_margin`` nats over it (the merges gain on their own pair terms, which
+        can keep gaining where the types have stopped predicting their neighbours: japanese_hands,
+        hundreds of rare signs, whose visually nearest types are other signs); ``path`` gets the
+        rounds, the kept round and the evidence of both ends."""
         cfg = self.cfg
         pairs = text_pairs(x, texts, pair) if pair is not None else None     # the same in every round
+
+        def evidence(labels: np.ndarray) -> float:
+            return neighbour_evidence(np.unique(labels, return_inverse=True)[1], texts, symbols, cfg.select_beta)
+        states = [(evidence(z), z)] if path is not None else None             # (evidence, labels) per state
         for rnd in range(cfg.max_rounds):
             z = np.unique(z, return_inverse=True)[1]
             k = int(z.max()) + 1
@@ -1205,7 +1234,15 @@ class LMSignClusterer(Clusterer):
                 break
             z = apply_merges(z, merges, k)
             record_round(history, k, merges, u, v, gain, ctx)
-        return z
+            if states is not None:
+                states.append((evidence(z), z))
+        if states is None:
+            return z
+        best = int(np.argmax([e for e, _ in states]))                      # the first of equals
+        kept = best if states[best][0] > states[-1][0] + cfg.path_margin else len(states) - 1
+        path.update(rounds=len(states) - 1, kept_round=kept, evidence_start=states[0][0],
+                    evidence_end=states[-1][0], evidence_kept=states[kept][0])
+        return states[kept][1]
 
     def _forms_and_merges(self, z, x, texts, image_index, history, ctx) -> tuple[np.ndarray, dict]:
         """A clean corpus, after the merges: ``_move_forms``, ``_split_forms``, ``_join_forms``, then
