@@ -39,7 +39,8 @@ the forms of one sign by different hands. Pairs that share texts keep the curren
 
 ``cluster`` starts from visual micro-clusters and merges greedily (the best disjoint pairs first,
 a few per cent of the types per round) while the gain is positive. K, the number of types, is
-where that stops: it is never given and no distance threshold is set by hand.
+where that stops (on a noisy corpus, or an earlier state of the path; below): it is never given and
+no distance threshold is set by hand.
 
 When a noisy corpus's texts fall into two styles (a cursive hand beside print hands), a sign can keep
 one type per style even so: the coarse symbols of its neighbours differ by style too. After the fit,
@@ -65,7 +66,11 @@ alphabet, whose signs recur in every text, wants a loose test; a script of hundr
 where a token's nearest neighbour in its text is often another sign, a strict one. ``fit`` makes
 one fit per ratio in ``pair_ratios`` and keeps the one whose types best predict their neighbours'
 hand-invariant symbols (``neighbour_evidence``: L_LM over symbols that stay fixed, so fits with
-different K are scored on the same data).
+different K are scored on the same data). The same score says where a candidate's merges stop
+(``path_evidence``): every state of its merge path is scored, and the best is kept where it beats
+the end by more than ``path_margin`` nats -- the pair terms can keep gaining where the types have
+stopped predicting their neighbours (a script of hundreds of rare signs, whose visually nearest
+types are other signs).
 
 The visual side, all label-free and fitted per corpus:
 - features: normalised glyphs (ink, position, size removed) and their stroke skeletons
