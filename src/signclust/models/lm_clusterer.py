@@ -39,8 +39,8 @@ the forms of one sign by different hands. Pairs that share texts keep the curren
 
 ``cluster`` starts from visual micro-clusters and merges greedily (the best disjoint pairs first,
 a few per cent of the types per round) while the gain is positive. K, the number of types, is
-where that stops (on a noisy corpus, or an earlier state of the path; below): it is never given and
-no distance threshold is set by hand.
+where that stops (or, on a noisy corpus, an earlier state of the merges; below): it is never given
+and no distance threshold is set by hand.
 
 When a noisy corpus's texts fall into two styles (a cursive hand beside print hands), a sign can keep
 one type per style even so: the coarse symbols of its neighbours differ by style too. After the fit,
