@@ -49,8 +49,8 @@ class Probe(lm.LMSignClusterer):
         super().__init__(**params)
         self.ends = []
 
-    def _merge(self, z, x, texts, pair, coarse, history, ctx):
-        z = super()._merge(z, x, texts, pair, coarse, history, ctx)
+    def _merge(self, z, x, texts, pair, coarse, history, ctx, *args, **kwargs):
+        z = super()._merge(z, x, texts, pair, coarse, history, ctx, *args, **kwargs)   # forms, path, symbols
         self.ends.append((z, x, texts, pair, coarse, getattr(self, "edges", None) if pair is not None else None))
         return z
 
