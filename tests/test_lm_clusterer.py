@@ -1181,6 +1181,57 @@ def test_form_capacity_is_the_median_forms_of_the_frequent_types():
     assert L.form_capacity(forms, np.full(7, 9)) == 1                      # no type of 10 tokens
 
 
+def _naive_occupancy(p: np.ndarray, n: int, f: int) -> float:
+    """log P(exactly f distinct forms in n draws with shares p), every sequence of draws enumerated."""
+    import itertools
+    total = 0.0
+    for seq in itertools.product(range(len(p)), repeat=n):
+        if len(set(seq)) == f:
+            total += float(np.prod(p[list(seq)]))
+    return math.log(total) if total > 0 else -math.inf
+
+
+@pytest.mark.parametrize("shares", [[1 / 3, 1 / 3, 1 / 3], [0.5, 0.3, 0.2], [0.7, 0.3], [0.4, 0.3, 0.2, 0.1]])
+def test_form_occupancy_is_the_probability_of_the_forms_seen(shares):
+    p = np.array(shares)
+    model = L.FormOccupancy(p[::-1])                                   # any order: sorted inside
+    n = np.array([n for n in range(1, 7) for f in range(1, len(p) + 1) if f <= n])
+    f = np.array([f for n in range(1, 7) for f in range(1, len(p) + 1) if f <= n])
+    want = [_naive_occupancy(p, a, b) for a, b in zip(n, f)]
+    assert model.log_p(n, f) == pytest.approx(want, rel=1e-9, abs=1e-12)
+    # large n: no underflow; one form of three in 49 draws, two in 93 (uniform): the closed forms
+    uni = L.FormOccupancy(np.full(3, 1 / 3))
+    got = uni.log_p(np.array([49, 93, 142]), np.array([1, 2, 3]))
+    assert got[0] == pytest.approx(math.log(3) - 49 * math.log(3))
+    assert got[1] == pytest.approx(math.log(3) + 93 * math.log(2 / 3) + math.log1p(-2 * 0.5 ** 93))
+    assert got[2] == pytest.approx(math.log1p(-3 * (2 / 3) ** 142 + 3 * (1 / 3) ** 142), abs=1e-12)
+    assert uni.log_p(np.array([5]), np.array([4]))[0] == uni.log_p(np.array([5]), np.array([3]))[0]   # f > F: F
+
+
+def test_form_occupancy_gain_joins_a_frequent_signs_missing_form_not_two_rare_signs():
+    uni = L.FormOccupancy(np.full(3, 1 / 3))
+    n, f = np.array([93.0, 49.0, 1.0, 1.0]), np.array([2, 1, 1, 1])
+    gain = uni.merge_gain(n, f, np.array([0, 2]), np.array([1, 3]))
+    # the italic forms (49 tokens, one form) beside the sign's 93 tokens in two forms: likelier joined
+    assert gain[0] == pytest.approx(-(math.log(3) - 49 * math.log(3))
+                                    - (math.log(3) + 93 * math.log(2 / 3) + math.log1p(-2 * 0.5 ** 93)), rel=1e-9)
+    assert gain[0] > 80
+    assert gain[1] == pytest.approx(math.log(2 / 3))                  # two lone tokens: nearly neutral
+
+
+def test_form_occupancy_learns_the_shares_of_the_complete_types():
+    # types given as tokens per form: two complete types of >= 10 tokens (sorted shares averaged),
+    # one of 9 tokens and one of two forms (both left out)
+    model = L.FormOccupancy.fit([np.array([2, 6, 4]), np.array([10, 5, 5]), np.array([3, 3, 3]), np.array([50, 1])], 3)
+    assert model.p == pytest.approx([(0.5 + 0.5) / 2, (4 / 12 + 0.25) / 2, (2 / 12 + 0.25) / 2])
+    assert L.FormOccupancy.fit([np.array([50, 1])], 3).p == pytest.approx(np.full(3, 1 / 3))   # none: uniform
+    # occupancy_model reads the tokens per form of each type from the labels; none above MAX_FORMS forms
+    z = np.array([0] * 12 + [1] * 3)
+    form = np.array([0] * 6 + [1] * 4 + [2] * 2 + [3] * 3)
+    assert L.occupancy_model(z, form, 3).p == pytest.approx([0.5, 4 / 12, 2 / 12])
+    assert L.occupancy_model(z, form, L.FormOccupancy.MAX_FORMS + 1) is None
+
+
 def test_form_pairs_are_the_open_types_that_fit_together():
     rng = np.random.default_rng(0)
     means = rng.normal(0, 1, (8, 2))
@@ -1255,22 +1306,44 @@ def _watch_form_rounds(monkeypatch):
     return seen, labellings
 
 
-def _assert_form_gains(round_seen, z, x, texts, image_index, start_z, open_types):
-    """Every candidate's gain of one round against w_lm dL_LM + w_hom log-odds - w_dup log K written
-    out: counts by a loop, the log-odds by scipy from the model fitted on the pass's first labelling,
-    a type's mean over its forms (not its tokens), n its number of forms."""
+def _assert_form_gains(round_seen, z, x, texts, image_index, start_z, open_types, capacity):
+    """Every candidate's gain of one round against w_lm dL_LM + w_hom log-odds - w_dup log K
+    + occupancy written out: counts by a loop, the log-odds by scipy from the model fitted (with the
+    configured form_shrink) on the pass's first labelling, a type's mean over its forms (not its
+    tokens), n its number of forms; the occupancy from the shares of the round's complete types (tokens
+    per form sorted, averaged) and, for each type and the two joined, P(exactly its forms seen),
+    summed over the sets of that many of the capacity's forms by inclusion-exclusion, written out."""
+    import itertools
     u, v, gain = round_seen
+    cfg = get_clusterer("lm").cfg
     present = np.unique(image_index)                                     # the forms some token shows
     feats = np.array([x[image_index == f].mean(0) for f in present], dtype=np.float64)
     first = np.unique(start_z, return_inverse=True)[1]
-    tc = L.TwoCovariance.fit(feats, np.array([first[image_index == f][0] for f in present]), 0.1)
+    tc = L.TwoCovariance.fit(feats, np.array([first[image_index == f][0] for f in present]), cfg.form_shrink)
     type_of_form = np.array([z[image_index == f][0] for f in present])
     k = z.max() + 1
+    per_form = [np.array([np.sum((z == t) & (image_index == f)) for f in present if np.any((z == t) & (image_index == f))])
+                for t in range(k)]
+    full = [np.sort(c)[::-1] / c.sum() for c in per_form if len(c) == capacity and c.sum() >= 10]
+    shares = np.mean(full, axis=0) if full else np.full(capacity, 1 / capacity)
+
+    def log_p(n, f):                                                     # f of the capacity's forms, n tokens
+        total = 0.0
+        for s in itertools.combinations(range(capacity), min(f, capacity)):
+            total += sum((-1) ** (len(s) - t) * sum(shares[list(sub)]) ** n
+                         for t in range(1, len(s) + 1) for sub in itertools.combinations(s, t))
+        return math.log(total)
+
+    def occupancy(t):
+        return log_p(int(sum(per_form[t])), len(per_form[t]))
+
     assert {t for pair in zip(u, v) for t in pair} <= set(open_types)
     for a, b, g in zip(u, v, gain):
         fa, fb = np.flatnonzero(type_of_form == a), np.flatnonzero(type_of_form == b)
         lo = _naive_two_covariance_log_odds(tc, feats[fa].mean(0), len(fa), feats[fb].mean(0), len(fb))
-        want = _naive_lm_gain(z, texts, z, 0.1, a, b) + lo - math.log(k)
+        occ = (log_p(int(sum(per_form[a]) + sum(per_form[b])), len(per_form[a]) + len(per_form[b]))
+               - occupancy(a) - occupancy(b))
+        want = _naive_lm_gain(z, texts, z, 0.1, a, b) + lo - math.log(k) + occ
         assert g == pytest.approx(want, rel=1e-6, abs=1e-6)
 
 
@@ -1286,7 +1359,7 @@ def test_join_forms_joins_a_rare_signs_forms_by_what_the_frequent_signs_teach(mo
     assert len(history) == 1 and history[0]["merges"] == 1
     zz = np.unique(z, return_inverse=True)[1]
     assert np.array_equal(labellings[0], zz)
-    _assert_form_gains(seen[0], zz, x, texts, image_index, z, open_types={30, 31, 32})
+    _assert_form_gains(seen[0], zz, x, texts, image_index, z, open_types={30, 31, 32}, capacity=2)
     # off, or with too few forms joined to learn from, nothing moves
     off = get_clusterer("lm", join_forms=False)
     assert "form_capacity" not in off.cluster(x, texts, True, image_index, None, FitContext(seed=0)).info
@@ -1327,8 +1400,8 @@ def test_join_forms_fills_a_type_up_to_the_capacity_over_rounds(monkeypatch):
     assert len(np.unique(out)) == 32 and v_measure_score(sign, out) == pytest.approx(1.0)   # R one type, Q one
     two = np.unique(labellings[1][np.isin(image_index, [90, 91, 92])])
     assert len(two) == 2                                           # after round 1: a two-form type and one form
-    _assert_form_gains(seen[0], labellings[0], x, texts, image_index, z, open_types={30, 31, 32, 33})
-    _assert_form_gains(seen[1], labellings[1], x, texts, image_index, z, open_types={30, 31, 32})
+    _assert_form_gains(seen[0], labellings[0], x, texts, image_index, z, open_types={30, 31, 32, 33}, capacity=3)
+    _assert_form_gains(seen[1], labellings[1], x, texts, image_index, z, open_types={30, 31, 32}, capacity=3)
 
 
 def test_join_forms_skips_types_that_split_a_form():

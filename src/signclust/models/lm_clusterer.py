@@ -52,7 +52,9 @@ On a clean corpus a sign seen a few times has its typeface forms in too few cont
 join them. ``join_forms`` then makes one more pass: the types the merges joined (frequent signs,
 joined by context) show what a typeface changes, a two-covariance model of the forms
 (``TwoCovariance``) scores whether two types show one sign, and no type takes more forms than a
-frequent sign shows (``form_capacity``); see ``LMSignClusterer._join_forms``. Its joins change the
+frequent sign shows (``form_capacity``), and a join also gains how much likelier the two types' counts
+of forms are as one sign's than as two (``FormOccupancy``: in free variation a frequent type showing fewer
+forms than a sign has is unlikely to be a whole sign); see ``LMSignClusterer._join_forms``. Its joins change the
 contexts the merges read, so the merges run again (within the capacity) and the two passes take
 turns until neither moves a type. Each turn starts with form moves (``form_move_gains``): a form
 that the merges put into another sign's type (a look-alike) goes to its own sign's type where the
@@ -102,6 +104,7 @@ reports/comparison.md, not here.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -198,8 +201,14 @@ class LMConfig:
                                     doc="clean corpus: after the merges, join the types that are forms of one sign "
                                         "(a two-covariance model of the forms the merges joined; at most as many "
                                         "forms a type as a frequent sign shows; README 'The LM sign clusterer')")
-    form_shrink: float = config_field(0.1, float, min=0, max=1,
-                                      doc="join_forms: shrinkage of the within-sign covariance towards its diagonal")
+    form_shrink: float = config_field(0.3, float, min=0, max=1,
+                                      doc="join_forms: shrinkage of the within-sign covariance towards its diagonal "
+                                          "(0.1 before; reports/form_join_study.md)")
+    form_occupancy: bool = config_field(True, bool,
+                                        doc="join_forms: a join also gains how much likelier the two types' counts of "
+                                            "forms are as one sign's than as two, if each sign shows its forms in free "
+                                            "variation (FormOccupancy; false: the default before; "
+                                            "reports/form_join_study.md)")
     # the merge loop
     candidates: int = config_field(10, int, min=1, doc="partners per type (visual and context neighbours)")
     batch: float = config_field(0.05, float, gt=0, max=1, doc="at most this share of the types merges per round")
@@ -819,6 +828,64 @@ def forms_per_type(z: np.ndarray, form_of_token: np.ndarray, k: int) -> np.ndarr
     return np.bincount(pairs[:, 0], minlength=k)
 
 
+class FormOccupancy:
+    """log P(a type of n tokens shows exactly f distinct forms) when it is one sign of F forms and each
+    token's form is drawn at random with the shares a complete sign shows (``fit``: the types of F forms
+    and at least ``min_tokens`` tokens, each one's shares sorted, averaged; uniform where there are none).
+    A frequent type with fewer than F forms is unlikely as a whole sign: the italic forms of a sign,
+    typeset 49 times, as a type of their own (log P about -53 nats) beside the sign's other 93 tokens in
+    two forms (-37); together they are likely (0). Two lone tokens of one sign are nearly as likely
+    apart as together (log 2/3), so rare signs are left to context and the visual terms."""
+
+    MAX_FORMS = 6          # log_p enumerates the subsets of the F forms and theirs: 3^F terms
+
+    def __init__(self, shares: np.ndarray):
+        self.p = np.sort(np.asarray(shares, dtype=np.float64))[::-1]         # (F,), descending, sum 1
+        self.F = len(self.p)
+        self._subsets = [np.array(s, dtype=np.int64) for f in range(1, self.F + 1)
+                         for s in itertools.combinations(range(self.F), f)]
+
+    @classmethod
+    def fit(cls, forms_of_type: list[np.ndarray], capacity: int, min_tokens: int = 10) -> "FormOccupancy":
+        """``forms_of_type``: each type's token counts per form (any order)."""
+        full = [np.sort(c)[::-1] / c.sum() for c in forms_of_type if len(c) == capacity and c.sum() >= min_tokens]
+        return cls(np.mean(full, axis=0) if full else np.full(capacity, 1.0 / capacity))
+
+    def log_p(self, n: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """(len(n),) log P(exactly f of the F forms seen in n draws); f above F counts as F."""
+        n = np.asarray(n, dtype=np.float64)
+        f = np.minimum(np.asarray(f, dtype=np.int64), self.F)
+        out = np.full(len(n), -np.inf)
+        for size in np.unique(f):
+            sel = f == size
+            terms = []
+            for s in (s for s in self._subsets if len(s) == size):
+                ps = self.p[s].sum()
+                # P(every draw in s, each of s seen) = sum over T in s of (-1)^{|s|-|T|} p_T^n (inclusion-exclusion),
+                # read as p_s^n times a sum of ratios <= 1 (no underflow for large n)
+                corr = np.zeros(sel.sum())
+                for t in range(1, size + 1):
+                    for sub in itertools.combinations(s.tolist(), t):
+                        corr += (-1) ** (size - t) * (self.p[list(sub)].sum() / ps) ** n[sel]
+                terms.append(n[sel] * np.log(ps) + np.log(np.maximum(corr, 1e-300)))
+            out[sel] = np.logaddexp.reduce(np.stack(terms), axis=0)
+        return out
+
+    def merge_gain(self, n: np.ndarray, f: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """log P of (u, v) as one type against as two, from the types' tokens n and forms f (disjoint forms)."""
+        return self.log_p(n[u] + n[v], f[u] + f[v]) - self.log_p(n[u], f[u]) - self.log_p(n[v], f[v])
+
+
+def occupancy_model(z: np.ndarray, form_of_token: np.ndarray, capacity: int) -> FormOccupancy | None:
+    """``FormOccupancy`` fitted on the types of ``z`` (tokens per form of each type); None above
+    ``FormOccupancy.MAX_FORMS`` forms a sign (its subsets are enumerated)."""
+    if capacity > FormOccupancy.MAX_FORMS:
+        return None
+    k, m = int(z.max()) + 1, int(form_of_token.max()) + 1
+    counts = np.bincount(z * m + form_of_token, minlength=k * m).reshape(k, m)
+    return FormOccupancy.fit([row[row > 0] for row in counts], capacity)
+
+
 def form_capacity(forms: np.ndarray, size: np.ndarray, min_tokens: int = 10) -> int:
     """How many forms (distinct images) one sign shows in a clean corpus: the median number of forms
     of the types of at least ``min_tokens`` tokens (a sign seen that often in free variation shows
@@ -1368,10 +1435,13 @@ class LMSignClusterer(Clusterer):
         type takes more forms than a frequent sign shows (``form_capacity``: a sign has one form per
         typeface). Merge rounds over ``form_pairs``, the best disjoint pairs each round, while
 
-            w_lm dL_LM(u, v) + w_hom log-odds(u, v one sign) - w_dup log K
+            w_lm dL_LM(u, v) + w_hom log-odds(u, v one sign) - w_dup log K [+ occupancy(u, v)]
 
         is positive: the prior odds of picking one type out of K (``dup_prior`` at rank K, without
-        its ``rank_c0``). Where the types do not keep each form whole (micro-clusters from k-means,
+        its ``rank_c0``); with ``form_occupancy``, occupancy(u, v) = ``FormOccupancy.merge_gain`` of the
+        types' tokens and forms, the model fitted on the round's types (``occupancy_model``). Only the
+        joins read it: the merges' visual term is the rank prior alone, and with it there the occupancy
+        completed types with look-alikes (README 'How many forms a type shows'). Where the types do not keep each form whole (micro-clusters from k-means,
         above ``max_types`` distinct images) a type is not a set of forms and the pass is skipped.
         Returns the labels and what the pass found (capacity, the model's degrees of freedom, merges)."""
         cfg = self.cfg
@@ -1403,6 +1473,10 @@ class LMSignClusterer(Clusterer):
             alpha = context_prior(z, len(texts), k, cfg.context_beta)
             gain = (cfg.w_lm * lm_gain(left, right, alpha, u, v)
                     + cfg.w_hom * model.log_odds(means[u], forms[u], means[v], forms[v]) - cfg.w_dup * np.log(k))
+            occupancy = occupancy_model(z, form_of_token, capacity) if cfg.form_occupancy else None
+            if occupancy is not None:
+                gain = gain + occupancy.merge_gain(np.bincount(z, minlength=k).astype(np.float64),
+                                                   forms.astype(np.int64), u, v)
             merges = disjoint_best(u, v, gain)
             if not merges:
                 break
