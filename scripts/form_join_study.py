@@ -12,6 +12,12 @@ sign shows its forms in free variation (``FormOccupancy``). This fits ``runs.lm`
 scores K and V. The held-out scripts (``--heldout``, built in memory by the suite's builder as
 scripts/heldout_scripts.py builds them) are in no default's choice. The labels are used only to score.
 Clean fits take about a second (japanese_free about ten).
+
+``--font-shares 0.7 0.2 0.1``: a what-if of uneven typeface use. Every corpus is then built in memory
+with each token's font drawn with these shares (in the order of the script's fonts in params.yaml)
+instead of uniformly, as the suite builder does (``SuiteRenderer.free_fonts``, whose rule that a text
+mixes at least two fonts is kept); the occupancy's shares are learned from the complete types, so
+this shows whether the term still helps where a typeface is rare.
 """
 from __future__ import annotations
 
@@ -30,13 +36,26 @@ from pair_model_calibration import load_corpus  # noqa: E402  (data/corpora, els
 from small_types_study import within  # noqa: E402  (K within ±20% of K true)
 from signclust.config import load_params  # noqa: E402
 from signclust.data import suite  # noqa: E402
-from signclust.errors import cli_main  # noqa: E402
+from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
 
 SUITE_FREE = ["latin_free", "greek_free", "cyrillic_free", "georgian_free", "devanagari_free", "japanese_free"]
 HELDOUT_FREE = ["armenian_free", "ethiopic_free"]
+
+
+def draw_fonts_with(shares: list[float]):
+    """Replace ``SuiteRenderer.free_fonts`` by a draw with ``shares`` (normalised over the script's fonts)."""
+    def free_fonts(self, text_id: str, n: int) -> list[str]:
+        rng = self._rng("free", text_id)
+        k = len(self.fonts)
+        p = np.asarray(shares[:k], dtype=np.float64)
+        pick = rng.choice(k, size=n, p=p / p.sum())
+        if n >= 2 and k >= 2 and len(set(pick.tolist())) == 1:
+            pick[int(rng.integers(n))] = (pick[0] + 1 + int(rng.integers(k - 1))) % k
+        return [self.fonts[i] for i in pick]
+    suite.SuiteRenderer.free_fonts = free_fonts
 
 
 def fit_grid(corpus, row_cfg: dict, grid: list[dict], seeds: list[int]) -> list[tuple[float, float]]:
@@ -58,12 +77,15 @@ def name_of(setting: dict) -> str:
     return f"occupancy {'on' if setting['form_occupancy'] else 'off'}, shrink {setting['form_shrink']:g}"
 
 
-def markdown(table: dict, k_true: dict, grid: list[dict], seeds: list[int], heldout: list[str]) -> str:
+def markdown(table: dict, k_true: dict, grid: list[dict], seeds: list[int], heldout: list[str],
+             font_shares: list[float] | None = None) -> str:
     names = [name_of(s) for s in grid]
+    drawn = (f" Fonts drawn with shares {', '.join(f'{x:g}' for x in font_shares)} (`--font-shares`), not uniformly: "
+             "every corpus built in memory." if font_shares else "")
     lines = ["# lm's form joins on the clean corpora: shrinkage and occupancy", "",
              f"Written by `scripts/form_join_study.py` (seeds {', '.join(map(str, seeds))}; mean K and V over them; "
              "`runs.lm` as configured but for `form_occupancy` and `form_shrink`). Held out (in no default's choice): "
-             f"{', '.join(heldout) or 'none'}. Bold K: within ±20% of K true.", "",
+             f"{', '.join(heldout) or 'none'}. Bold K: within ±20% of K true.{drawn}", "",
              "| setting | " + " | ".join(f"{c} K | V" for c in table) + " |",
              "|---|" + "---:|---:|" * len(table)]
     for i, name in enumerate(names):
@@ -105,18 +127,25 @@ def main(argv=None):
     ap.add_argument("--heldout", nargs="*", default=HELDOUT_FREE, help="held-out scripts' free corpora")
     ap.add_argument("--shrinks", nargs="+", type=float, default=[0.1, 0.3, 0.6, 1.0])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--font-shares", nargs="+", type=float,
+                    help="draw each token's font with these shares (what-if; default: uniform, as the suite)")
     ap.add_argument("--out", required=True, help="the report (a new name for each study)")
     args = ap.parse_args(argv)
     params = load_params()
+    if args.font_shares:
+        if min(args.font_shares) <= 0:
+            raise UserError(f"--font-shares {args.font_shares}: every share must be positive")
+        draw_fonts_with(args.font_shares)
     row_cfg = {k: v for k, v in params["runs"]["lm"].items() if k != "method"}
     grid = [{"form_occupancy": occ, "form_shrink": s} for occ in (False, True) for s in args.shrinks]
     table, k_true = {}, {}
     for name in args.corpora + args.heldout:
-        corpus = suite.build(name, params["prepare"]) if name in args.heldout else load_corpus(name, params["prepare"])
+        in_memory = name in args.heldout or args.font_shares
+        corpus = suite.build(name, params["prepare"]) if in_memory else load_corpus(name, params["prepare"])
         k_true[name] = len(np.unique(corpus.labels()))
         table[name] = fit_grid(corpus, row_cfg, grid, args.seeds)
         print(name, " ".join(f"{k:g}/{v:.4f}" for k, v in table[name]), flush=True)
-    atomic_write_text(Path(args.out), markdown(table, k_true, grid, args.seeds, args.heldout))
+    atomic_write_text(Path(args.out), markdown(table, k_true, grid, args.seeds, args.heldout, args.font_shares))
     print(f"wrote {args.out}")
 
 

@@ -1,0 +1,48 @@
+"""scripts/form_join_study.py: the grid's fits are lm's own, and the uneven-typeface what-if draws fonts
+with the given shares (keeping the builder's rule that a text mixes at least two fonts)."""
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from signclust.config import REPO_ROOT, section
+from signclust.data import suite
+from signclust.evaluation.metrics import score
+from signclust.models import lm_clusterer as lm
+from signclust.models.base import FitContext
+
+spec = importlib.util.spec_from_file_location("form_join_study", REPO_ROOT / "scripts" / "form_join_study.py")
+study = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(study)
+
+
+def test_fonts_are_drawn_with_the_given_shares(monkeypatch):
+    monkeypatch.setattr(suite.SuiteRenderer, "free_fonts", suite.SuiteRenderer.free_fonts)   # restored after
+    renderer = suite.SuiteRenderer("latin_free", section("prepare")["suite"], seed=0)
+    assert len(renderer.fonts) == 3
+    study.draw_fonts_with([0.8, 0.15, 0.05])
+    drawn = [renderer.free_fonts(f"t{i}", 40) for i in range(50)]
+    share = Counter(f for fonts in drawn for f in fonts)
+    total = sum(share.values())
+    assert share[renderer.fonts[0]] / total == pytest.approx(0.8, abs=0.03)
+    assert share[renderer.fonts[2]] / total == pytest.approx(0.05, abs=0.02)
+    assert all(len(set(fonts)) >= 2 for fonts in drawn)                       # every text mixes two fonts
+    assert renderer.free_fonts("t1", 40) == drawn[1]                          # seeded by the text
+
+
+def test_grid_scores_lms_own_fits(tiny_corpus):
+    corpus = tiny_corpus(n_types=5, per_type=10, n_texts=4, noise=0.0, seed=2)
+    cfg = {"encoder_epochs": 0}
+    grid = [{"form_occupancy": False, "form_shrink": 0.1}, {"form_occupancy": True, "form_shrink": 0.3}]
+    rows = study.fit_grid(corpus, cfg, grid, seeds=[0, 1])
+    for (k, v), setting in zip(rows, grid):
+        fits = [lm.LMSignClusterer(**cfg, **setting).fit(corpus, FitContext(seed=s, progress=False)) for s in (0, 1)]
+        assert k == np.mean([f.k_found for f in fits])
+        assert v == pytest.approx(np.mean([score(corpus.labels(), f.labels)["v_measure"] for f in fits]))
+    md = study.markdown({"tiny": rows, "held": rows}, {"tiny": 5, "held": 5}, grid, [0, 1], ["held"], [0.7, 0.3])
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert {line.count("|") for line in table[:4]} == {6}                   # setting + 2 corpora x (K, V)
+    assert "shares 0.7, 0.3" in md and "occupancy on, shrink 0.3" in md
