@@ -881,9 +881,10 @@ def occupancy_model(z: np.ndarray, form_of_token: np.ndarray, capacity: int) -> 
     ``FormOccupancy.MAX_FORMS`` forms a sign (its subsets are enumerated)."""
     if capacity > FormOccupancy.MAX_FORMS:
         return None
-    k, m = int(z.max()) + 1, int(form_of_token.max()) + 1
-    counts = np.bincount(z * m + form_of_token, minlength=k * m).reshape(k, m)
-    return FormOccupancy.fit([row[row > 0] for row in counts], capacity)
+    m = int(form_of_token.max()) + 1
+    # the (type, form) pairs that occur, in order of type: O(n), not a (k, m) table
+    pair, tokens = np.unique(np.asarray(z, dtype=np.int64) * m + form_of_token, return_counts=True)
+    return FormOccupancy.fit(np.split(tokens, np.flatnonzero(np.diff(pair // m)) + 1), capacity)
 
 
 def form_capacity(forms: np.ndarray, size: np.ndarray, min_tokens: int = 10) -> int:
