@@ -37,6 +37,21 @@ def test_log_dm_is_the_sequential_predictive_probability():
     assert rows.shape == (2,) and rows[1] == 0.0            # no outcomes: probability 1
 
 
+def test_log_dm_of_sparse_rows_equals_the_dense_formula():
+    """Only nonzero counts are summed: the rows' values equal the formula over every count, for a
+    matrix of rows and for a single row."""
+    from scipy.special import gammaln
+    rng = np.random.default_rng(5)
+    counts = rng.poisson(0.3, (40, 23)).astype(np.float64)                # mostly zeros
+    counts[3] = 0.0
+    alpha = rng.random(23) * 0.2 + 0.01
+
+    def dense(c):
+        return gammaln(alpha.sum()) - gammaln(alpha.sum() + c.sum(-1)) + (gammaln(alpha + c) - gammaln(alpha)).sum(-1)
+    np.testing.assert_allclose(L.log_dm(counts, alpha), dense(counts), rtol=1e-12, atol=1e-12)
+    assert float(L.log_dm(counts[7], alpha)) == pytest.approx(float(dense(counts[7])), rel=1e-12)
+
+
 def test_context_counts_with_text_boundaries():
     z = np.array([0, 1, 0, 2, 1])
     texts = [np.array([0, 1, 2]), np.array([3, 4])]          # types 0 1 0 | 2 1

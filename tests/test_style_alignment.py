@@ -146,3 +146,34 @@ def test_restarts_decipher_styles_that_share_no_type():
             right[seed, restarts] = sum(a == c - 10 for c, (a, _) in decoded.items())
     assert all(right[seed, 8] == 10 for seed in range(4))
     assert min(right[seed, 1] for seed in range(4)) < 10
+
+
+def test_batched_forward_backward_equals_enumerating_every_hidden_path():
+    """The posteriors and log-likelihoods of texts of different lengths, stepped together, against
+    the sum over every hidden path of each text on its own."""
+    import itertools
+
+    from signclust.models.style_alignment import _Batch, _batch_posteriors
+    rng = np.random.default_rng(3)
+    h, k = 3, 4
+    bigram = rng.random((h + 1, h + 1))
+    bigram /= bigram.sum(1, keepdims=True)
+    start, trans, stop = bigram[h, :h], bigram[:h, :h], bigram[:h, h]
+    emit = rng.random((h, k))
+    emit /= emit.sum(1, keepdims=True)
+    texts = [np.array([2]), np.array([0, 3, 1, 1]), np.array([3, 0])]
+    post, loglik = _batch_posteriors(_Batch.of(texts), start, trans, stop, emit)
+    expected_post, expected_ll = [], []
+    for t in texts:
+        joint = np.zeros((len(t), h))
+        total = 0.0
+        for path in itertools.product(range(h), repeat=len(t)):
+            p = start[path[0]] * emit[path[0], t[0]] * stop[path[-1]]
+            for i in range(1, len(t)):
+                p *= trans[path[i - 1], path[i]] * emit[path[i], t[i]]
+            total += p
+            joint[np.arange(len(t)), path] += p
+        expected_post.append(joint / total)
+        expected_ll.append(np.log(total))
+    np.testing.assert_allclose(post, np.concatenate(expected_post), rtol=1e-10)
+    np.testing.assert_allclose(loglik, expected_ll, rtol=1e-10)

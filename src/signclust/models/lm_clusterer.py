@@ -529,10 +529,15 @@ def context_counts(z: np.ndarray, texts: list[np.ndarray], k: int, ref: np.ndarr
 
 def log_dm(counts: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """log Dirichlet-multinomial marginal likelihood of each row of counts (sequence form):
-    the log probability of the row's outcomes, each predicted from the ones before it."""
+    the log probability of the row's outcomes, each predicted from the ones before it. alpha (m,)
+    for rows of m counts. Only the nonzero counts are summed (a zero count's term is 0): the rows
+    are a few types' neighbours out of k + 1."""
     total = alpha.sum()
-    return (gammaln(total) - gammaln(total + counts.sum(-1))
-            + (gammaln(alpha + counts) - gammaln(alpha)).sum(-1))
+    flat = counts.reshape(-1, counts.shape[-1])                       # (rows, m)
+    rows, cols = np.nonzero(flat)
+    a, c = alpha[cols], flat[rows, cols]
+    terms = np.bincount(rows, weights=gammaln(a + c) - gammaln(a), minlength=len(flat))   # summed in order
+    return gammaln(total) - gammaln(total + counts.sum(-1)) + terms.reshape(counts.shape[:-1])
 
 
 def context_prior(ref: np.ndarray, n_texts: int, k: int, beta: float) -> np.ndarray:

@@ -79,40 +79,69 @@ def style_groups(z: np.ndarray, texts: list[np.ndarray], k: int, avoid_c0: float
     return StyleSplit(minor, float(vals[1]), markers)
 
 
-def _posteriors(obs: np.ndarray, start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
-                emit: np.ndarray) -> tuple[np.ndarray, float]:
-    """(n, H) posterior of each hidden state at each position of one text (scaled forward-backward)
-    and the text's log-likelihood (the sum of the forward pass's log normalisers)."""
-    n, h = len(obs), len(start)
-    fwd, bwd = np.empty((n, h)), np.empty((n, h))
-    a = start * emit[:, obs[0]]
-    loglik = np.log(a.sum())
-    fwd[0] = a / a.sum()
+@dataclass(frozen=True)
+class _Batch:
+    """Texts padded to one length, so that the forward-backward passes step every text at once (a
+    Python loop over positions, not over texts and positions). obs (B, N): each text's observed types,
+    0 past its end; length (B,)."""
+    obs: np.ndarray
+    length: np.ndarray
+
+    @classmethod
+    def of(cls, texts: list[np.ndarray]) -> "_Batch":
+        length = np.array([len(t) for t in texts])
+        obs = np.zeros((len(texts), int(length.max())), dtype=np.int64)
+        for b, t in enumerate(texts):
+            obs[b, :len(t)] = t
+        return cls(obs, length)
+
+    def valid(self) -> np.ndarray:
+        """(B, N) bool: the positions inside each text."""
+        return np.arange(self.obs.shape[1])[None, :] < self.length[:, None]
+
+
+def _batch_posteriors(batch: _Batch, start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
+                      emit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The posterior of each hidden state at each position of every text of ``batch`` (scaled
+    forward-backward): the (sum of lengths, H) posteriors, texts in order, and each text's
+    log-likelihood (B,), the sum of its forward pass's log normalisers. Every text steps through the
+    same positions at once; a text that has ended is left as it is."""
+    obs, length = batch.obs, batch.length
+    n_b, n = obs.shape
+    h = len(start)
+    fwd, bwd = np.zeros((n_b, n, h)), np.zeros((n_b, n, h))
+    a = start[None, :] * emit[:, obs[:, 0]].T                          # (B, H)
+    loglik = np.log(a.sum(1))
+    fwd[:, 0] = a / a.sum(1, keepdims=True)
     for i in range(1, n):
-        a = (fwd[i - 1] @ trans) * emit[:, obs[i]]
-        loglik += np.log(a.sum())
-        fwd[i] = a / a.sum()
-    loglik += np.log(fwd[-1] @ stop)
-    bwd[-1] = stop / stop.sum()
+        on = np.flatnonzero(length > i)                               # texts still running
+        a = (fwd[on, i - 1] @ trans) * emit[:, obs[on, i]].T
+        loglik[on] += np.log(a.sum(1))
+        fwd[on, i] = a / a.sum(1, keepdims=True)
+    rows = np.arange(n_b)
+    loglik += np.log(fwd[rows, length - 1] @ stop)
+    bwd[rows, length - 1] = stop / stop.sum()
     for i in range(n - 2, -1, -1):
-        b = trans @ (emit[:, obs[i + 1]] * bwd[i + 1])
-        bwd[i] = b / b.sum()
-    post = fwd * bwd
-    return post / post.sum(1, keepdims=True), float(loglik)
+        on = np.flatnonzero(length - 1 > i)                           # texts with a position after i
+        b = (emit[:, obs[on, i + 1]].T * bwd[on, i + 1]) @ trans.T
+        bwd[on, i] = b / b.sum(1, keepdims=True)
+    valid = batch.valid()
+    post = (fwd * bwd)[valid]                                          # (sum of lengths, H), texts in order
+    return post / post.sum(1, keepdims=True), loglik
 
 
 def _baum_welch(texts: list[np.ndarray], start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
                 emit: np.ndarray, iters: int) -> tuple[np.ndarray, float]:
     """Emissions (H, k) after ``iters`` EM steps with the transitions fixed, and the texts'
     log-likelihood under them."""
+    batch = _Batch.of(texts)
+    seen = batch.obs[batch.valid()]                                    # (sum of lengths,) texts in order
     for step in range(iters + 1):
-        expected, loglik = np.full(emit.shape, 1e-6), 0.0
-        for t in texts:
-            post, ll = _posteriors(t, start, trans, stop, emit)
-            np.add.at(expected.T, t, post)
-            loglik += ll
+        expected = np.full(emit.shape, 1e-6)
+        post, loglik = _batch_posteriors(batch, start, trans, stop, emit)
+        np.add.at(expected.T, seen, post)
         if step == iters:
-            return emit, loglik                     # the likelihood of the emissions returned
+            return emit, float(loglik.sum())            # the likelihood of the emissions returned
         emit = expected / expected.sum(1, keepdims=True)
 
 
@@ -159,8 +188,8 @@ def decipher(z: np.ndarray, texts: list[np.ndarray], k: int, minor: np.ndarray, 
             best = (emit, loglik)
     emit = best[0]
     mass = np.zeros((k, h))
-    for t in obs:
-        np.add.at(mass, t, _posteriors(t, start, trans, stop, emit)[0])
+    batch = _Batch.of(obs)
+    np.add.at(mass, batch.obs[batch.valid()], _batch_posteriors(batch, start, trans, stop, emit)[0])
     return {int(c): (int(hidden[mass[c].argmax()]), float(mass[c].max() / mass[c].sum())) for c in own}
 
 
