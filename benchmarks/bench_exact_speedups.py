@@ -88,6 +88,16 @@ def timed(fn, repeats: int):
     return 1000 * (time.perf_counter() - t) / repeats, out
 
 
+def compare(cases, repeats: int, agreement) -> None:
+    """Times each (name, reference, new) case, the reference first, and prints ms per call, the
+    speed-up and ``agreement(reference output, new output)``, a phrase."""
+    for name, ref, new in cases:
+        t_ref, out_ref = timed(ref, repeats)
+        t_new, out_new = timed(new, repeats)
+        print(f"{name}: reference {t_ref:8.2f} ms, now {t_new:8.2f} ms, speed-up {t_ref / t_new:5.1f}x, "
+              f"{agreement(out_ref, out_new)}")
+
+
 def equal(a, b) -> bool:
     if isinstance(a, tuple):
         return all(equal(p, q) for p, q in zip(a, b))
@@ -130,11 +140,7 @@ def main() -> None:
          lambda: L.within_text_evidence(x, z, args.types, texts, pair, "tokens", kept)),
     ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} timed calls each")
-    for name, ref, new in cases:
-        t_ref, out_ref = timed(ref, args.repeats)
-        t_new, out_new = timed(new, args.repeats)
-        print(f"{name}: reference {t_ref:7.2f} ms, now {t_new:7.2f} ms, speed-up {t_ref / t_new:5.1f}x, "
-              f"bit-equal {equal(out_ref, out_new)}")
+    compare(cases, args.repeats, lambda a, b: f"bit-equal {equal(a, b)}")
 
 
 if __name__ == "__main__":

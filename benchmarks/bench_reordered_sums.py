@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 from scipy.special import gammaln
 
-from bench_exact_speedups import timed
+from bench_exact_speedups import compare
 from signclust.models import lm_clusterer as L
 from signclust.models import style_alignment as S
 
@@ -112,11 +112,7 @@ def main() -> None:
          lambda: S._baum_welch(texts, start, trans, stop, emit, args.iters)),
     ]
     print(f"{args.repeats} timed calls each")
-    for name, ref, new in cases:
-        t_ref, out_ref = timed(ref, args.repeats)
-        t_new, out_new = timed(new, args.repeats)
-        print(f"{name}: reference {t_ref:8.2f} ms, now {t_new:8.2f} ms, speed-up {t_ref / t_new:5.1f}x, "
-              f"largest relative difference {largest_relative_difference(out_ref, out_new):.1e}")
+    compare(cases, args.repeats, lambda a, b: f"largest relative difference {largest_relative_difference(a, b):.1e}")
 
 
 if __name__ == "__main__":
