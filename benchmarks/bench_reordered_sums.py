@@ -109,7 +109,7 @@ def main() -> None:
          lambda: log_dm_reference(rows, alpha), lambda: L.log_dm(rows, alpha)),
         (f"Baum-Welch, {args.iters} EM steps, {args.texts} texts of {lengths.min()}-{lengths.max()} tokens, "
          f"{h} states", lambda: baum_welch_reference(texts, start, trans, stop, emit, args.iters),
-         lambda: S._baum_welch(texts, start, trans, stop, emit, args.iters)),
+         lambda: S._baum_welch(S._Batch.of(texts), start, trans, stop, emit, args.iters)),
     ]
     print(f"{args.repeats} timed calls each")
     compare(cases, args.repeats, lambda a, b: f"largest relative difference {largest_relative_difference(a, b):.1e}")

@@ -83,9 +83,12 @@ def style_groups(z: np.ndarray, texts: list[np.ndarray], k: int, avoid_c0: float
 class _Batch:
     """Texts padded to one length, so that the forward-backward passes step every text at once (a
     Python loop over positions, not over texts and positions). obs (B, N): each text's observed types,
-    0 past its end; length (B,)."""
+    0 past its end; length (B,); valid (B, N): the positions inside each text; seen: the observed
+    types of the valid positions, texts in order (the rows of ``_batch_posteriors``' posteriors)."""
     obs: np.ndarray
     length: np.ndarray
+    valid: np.ndarray
+    seen: np.ndarray
 
     @classmethod
     def of(cls, texts: list[np.ndarray]) -> "_Batch":
@@ -93,11 +96,8 @@ class _Batch:
         obs = np.zeros((len(texts), int(length.max())), dtype=np.int64)
         for b, t in enumerate(texts):
             obs[b, :len(t)] = t
-        return cls(obs, length)
-
-    def valid(self) -> np.ndarray:
-        """(B, N) bool: the positions inside each text."""
-        return np.arange(self.obs.shape[1])[None, :] < self.length[:, None]
+        valid = np.arange(obs.shape[1])[None, :] < length[:, None]
+        return cls(obs, length, valid, obs[valid])
 
 
 def _batch_posteriors(batch: _Batch, start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
@@ -125,21 +125,18 @@ def _batch_posteriors(batch: _Batch, start: np.ndarray, trans: np.ndarray, stop:
         on = np.flatnonzero(length - 1 > i)                           # texts with a position after i
         b = (emit[:, obs[on, i + 1]].T * bwd[on, i + 1]) @ trans.T
         bwd[on, i] = b / b.sum(1, keepdims=True)
-    valid = batch.valid()
-    post = (fwd * bwd)[valid]                                          # (sum of lengths, H), texts in order
+    post = (fwd * bwd)[batch.valid]                                    # (sum of lengths, H), texts in order
     return post / post.sum(1, keepdims=True), loglik
 
 
-def _baum_welch(texts: list[np.ndarray], start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
+def _baum_welch(batch: _Batch, start: np.ndarray, trans: np.ndarray, stop: np.ndarray,
                 emit: np.ndarray, iters: int) -> tuple[np.ndarray, float]:
-    """Emissions (H, k) after ``iters`` EM steps with the transitions fixed, and the texts'
-    log-likelihood under them."""
-    batch = _Batch.of(texts)
-    seen = batch.obs[batch.valid()]                                    # (sum of lengths,) texts in order
+    """Emissions (H, k) after ``iters`` EM steps with the transitions fixed, and the log-likelihood
+    of the texts of ``batch`` under them."""
     for step in range(iters + 1):
         expected = np.full(emit.shape, 1e-6)
         post, loglik = _batch_posteriors(batch, start, trans, stop, emit)
-        np.add.at(expected.T, seen, post)
+        np.add.at(expected.T, batch.seen, post)
         if step == iters:
             return emit, float(loglik.sum())            # the likelihood of the emissions returned
         emit = expected / expected.sum(1, keepdims=True)
@@ -174,7 +171,7 @@ def decipher(z: np.ndarray, texts: list[np.ndarray], k: int, minor: np.ndarray, 
         np.add.at(bigram, (s[:-1], s[1:]), 1.0)
     bigram /= bigram.sum(1, keepdims=True)
     start, trans, stop = bigram[h, :h], bigram[:h, :h], bigram[:h, h]
-    obs = [z[t] for t in minor_texts]
+    batch = _Batch.of([z[t] for t in minor_texts])                  # the minor texts' observed types
     shared = hidden[in_minor[hidden] > 0]
     rng = np.random.default_rng(seed)
     best = None
@@ -183,13 +180,12 @@ def decipher(z: np.ndarray, texts: list[np.ndarray], k: int, minor: np.ndarray, 
         emit[state[shared], shared] += 1.0                            # a shared type reads as itself
         # an own type as anything: evenly on the first start, at random on the others
         emit[:, own] += 1.0 / h if r == 0 else rng.dirichlet(np.ones(h), len(own)).T
-        emit, loglik = _baum_welch(obs, start, trans, stop, emit / emit.sum(1, keepdims=True), iters)
+        emit, loglik = _baum_welch(batch, start, trans, stop, emit / emit.sum(1, keepdims=True), iters)
         if best is None or loglik > best[1] + 1e-9:
             best = (emit, loglik)
     emit = best[0]
     mass = np.zeros((k, h))
-    batch = _Batch.of(obs)
-    np.add.at(mass, batch.obs[batch.valid()], _batch_posteriors(batch, start, trans, stop, emit)[0])
+    np.add.at(mass, batch.seen, _batch_posteriors(batch, start, trans, stop, emit)[0])
     return {int(c): (int(hidden[mass[c].argmax()]), float(mass[c].max() / mass[c].sum())) for c in own}
 
 
