@@ -45,19 +45,6 @@ SUITE_FREE = ["latin_free", "greek_free", "cyrillic_free", "georgian_free", "dev
 HELDOUT_FREE = ["armenian_free", "ethiopic_free"]
 
 
-def draw_fonts_with(shares: list[float]):
-    """Replace ``SuiteRenderer.free_fonts`` by a draw with ``shares`` (normalised over the script's fonts)."""
-    def free_fonts(self, text_id: str, n: int) -> list[str]:
-        rng = self._rng("free", text_id)
-        k = len(self.fonts)
-        p = np.asarray(shares[:k], dtype=np.float64)
-        pick = rng.choice(k, size=n, p=p / p.sum())
-        if n >= 2 and k >= 2 and len(set(pick.tolist())) == 1:
-            pick[int(rng.integers(n))] = (pick[0] + 1 + int(rng.integers(k - 1))) % k
-        return [self.fonts[i] for i in pick]
-    suite.SuiteRenderer.free_fonts = free_fonts
-
-
 def fit_grid(corpus, row_cfg: dict, grid: list[dict], seeds: list[int]) -> list[tuple[float, float]]:
     """(mean K, mean V) over ``seeds`` of lm with each setting of ``grid``."""
     gold, out = corpus.labels(), []
@@ -135,13 +122,13 @@ def main(argv=None):
     if args.font_shares:
         if min(args.font_shares) <= 0:
             raise UserError(f"--font-shares {args.font_shares}: every share must be positive")
-        draw_fonts_with(args.font_shares)
     row_cfg = {k: v for k, v in params["runs"]["lm"].items() if k != "method"}
     grid = [{"form_occupancy": occ, "form_shrink": s} for occ in (False, True) for s in args.shrinks]
     table, k_true = {}, {}
     for name in args.corpora + args.heldout:
         in_memory = name in args.heldout or args.font_shares
-        corpus = suite.build(name, params["prepare"]) if in_memory else load_corpus(name, params["prepare"])
+        corpus = (suite.build(name, params["prepare"], font_shares=args.font_shares or None) if in_memory
+                  else load_corpus(name, params["prepare"]))
         k_true[name] = len(np.unique(corpus.labels()))
         table[name] = fit_grid(corpus, row_cfg, grid, args.seeds)
         print(name, " ".join(f"{k:g}/{v:.4f}" for k, v in table[name]), flush=True)

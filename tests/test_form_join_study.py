@@ -1,15 +1,12 @@
-"""scripts/form_join_study.py: the grid's fits are lm's own, and the uneven-typeface what-if draws fonts
-with the given shares (keeping the builder's rule that a text mixes at least two fonts)."""
+"""scripts/form_join_study.py: the grid's fits are lm's own (the uneven-typeface draw it asks for is the
+builder's ``font_shares``, tested in test_suite.py)."""
 from __future__ import annotations
 
 import importlib.util
-from collections import Counter
-
 import numpy as np
 import pytest
 
-from signclust.config import REPO_ROOT, section
-from signclust.data import suite
+from signclust.config import REPO_ROOT
 from signclust.evaluation.metrics import score
 from signclust.models import lm_clusterer as lm
 from signclust.models.base import FitContext
@@ -17,20 +14,6 @@ from signclust.models.base import FitContext
 spec = importlib.util.spec_from_file_location("form_join_study", REPO_ROOT / "scripts" / "form_join_study.py")
 study = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(study)
-
-
-def test_fonts_are_drawn_with_the_given_shares(monkeypatch):
-    monkeypatch.setattr(suite.SuiteRenderer, "free_fonts", suite.SuiteRenderer.free_fonts)   # restored after
-    renderer = suite.SuiteRenderer("latin_free", section("prepare")["suite"], seed=0)
-    assert len(renderer.fonts) == 3
-    study.draw_fonts_with([0.8, 0.15, 0.05])
-    drawn = [renderer.free_fonts(f"t{i}", 40) for i in range(50)]
-    share = Counter(f for fonts in drawn for f in fonts)
-    total = sum(share.values())
-    assert share[renderer.fonts[0]] / total == pytest.approx(0.8, abs=0.03)
-    assert share[renderer.fonts[2]] / total == pytest.approx(0.05, abs=0.02)
-    assert all(len(set(fonts)) >= 2 for fonts in drawn)                       # every text mixes two fonts
-    assert renderer.free_fonts("t1", 40) == drawn[1]                          # seeded by the text
 
 
 def test_grid_scores_lms_own_fits(tiny_corpus):

@@ -6,6 +6,7 @@ import json
 import math
 import re
 import unicodedata
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -248,6 +249,34 @@ def test_token_independent_of_rendering_order(built, params):
         hand = r.hand(row["text_id"])
         again = r.token(suite.label_char(row["label"]), row["text_id"], int(row["position"]), hand=hand)
         assert again.tobytes() == imgs[i].tobytes()
+
+
+def test_free_fonts_uniform_by_default_and_drawn_with_given_shares(params):
+    uniform = suite.SuiteRenderer("latin_free", params["suite"], seed=0)
+    shared = suite.SuiteRenderer("latin_free", params["suite"], seed=0, font_shares=[8, 1.5, 0.5])
+    assert len(uniform.fonts) == 3
+    for i in range(20):                           # the default is the plain uniform draw, unchanged
+        rng = uniform._rng("free", f"t{i}")
+        naive = rng.integers(3, size=40)
+        if len(set(naive.tolist())) == 1:
+            naive[int(rng.integers(40))] = (naive[0] + 1 + int(rng.integers(2))) % 3
+        assert uniform.free_fonts(f"t{i}", 40) == [uniform.fonts[j] for j in naive]
+    drawn = [shared.free_fonts(f"t{i}", 40) for i in range(50)]
+    share = Counter(f for fonts in drawn for f in fonts)
+    total = sum(share.values())
+    assert share[shared.fonts[0]] / total == pytest.approx(0.8, abs=0.03)       # shares normalised
+    assert share[shared.fonts[2]] / total == pytest.approx(0.05, abs=0.02)
+    assert all(len(set(fonts)) >= 2 for fonts in drawn)                           # every text mixes two fonts
+    assert shared.free_fonts("t1", 40) == drawn[1]                                # seeded by the text
+
+
+def test_font_shares_recorded_in_meta_and_checked(params):
+    meta = suite.build("greek_free", params, font_shares=[0.7, 0.2, 0.1]).meta["regime"]
+    assert list(meta["font_shares"].values()) == pytest.approx([0.7, 0.2, 0.1])
+    assert "font_shares" not in suite.build("greek_free", params).meta["regime"]
+    for bad in ([0.5, 0.5], [1, 0, 1], [1, float("nan"), 1]):
+        with pytest.raises(UserError, match="font_shares: .*expected 3 positive numbers"):
+            suite.SuiteRenderer("greek_free", params["suite"], seed=0, font_shares=bad)
 
 
 # -- meta, errors, CLI ---------------------------------------------------------------------------

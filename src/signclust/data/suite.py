@@ -513,14 +513,23 @@ def _stem(font: str) -> str:
     return Path(font).stem
 
 
+def _font_shares(shares: list[float], k: int) -> np.ndarray:
+    """(k,) the free regime's font probabilities: the first ``k`` of ``shares``, normalised."""
+    p = np.asarray(list(shares)[:k], dtype=np.float64)
+    if len(p) < k or not np.all(np.isfinite(p)) or np.any(p <= 0):
+        raise UserError(f"font_shares: {list(shares)} (expected {k} positive numbers, one per font)")
+    return p / p.sum()
+
+
 class SuiteRenderer:
     """Renders the tokens of one suite corpus; seeded by hashes of (seed, corpus, text[, position])."""
 
-    def __init__(self, name: str, cfg: dict, seed: int, size: int = 48):
+    def __init__(self, name: str, cfg: dict, seed: int, size: int = 48, font_shares: list[float] | None = None):
         self.name = name
         self.script, self.regime = parse_name(name)
         self.cfg, self.seed, self.size = cfg, int(seed), int(size)
         self.fonts = list(cfg["fonts"][self.script])
+        self.font_shares = None if font_shares is None else _font_shares(font_shares, len(self.fonts))
         self.hershey = self.regime == "handwriting" and self.script in cfg.get("hershey_scripts", [])
         self._stroked: dict = {}
 
@@ -529,10 +538,11 @@ class SuiteRenderer:
 
     # a text's fonts / hand -------------------------------------------------------------------
     def free_fonts(self, text_id: str, n: int) -> list[str]:
-        """Per-token fonts of a text, at random; a text of >= 2 tokens always mixes >= 2 fonts."""
+        """Per-token fonts of a text, at random (uniform, or with ``font_shares``); a text of >= 2
+        tokens always mixes >= 2 fonts."""
         rng = self._rng("free", text_id)
         k = len(self.fonts)
-        pick = rng.integers(k, size=n)
+        pick = rng.integers(k, size=n) if self.font_shares is None else rng.choice(k, size=n, p=self.font_shares)
         if n >= 2 and k >= 2 and len(set(pick.tolist())) == 1:
             pick[int(rng.integers(n))] = (pick[0] + 1 + int(rng.integers(k - 1))) % k
         return [self.fonts[i] for i in pick]
@@ -612,15 +622,16 @@ def confusable_pairs(signs, fonts, size: int = 48, threshold: float = CONFUSABLE
     return out
 
 
-def build(name: str, params: dict, udhr_dir: Path | None = None) -> Corpus:
-    """Build the suite corpus ``<script>_<regime>`` from the ``prepare`` section of params.yaml."""
+def build(name: str, params: dict, udhr_dir: Path | None = None, font_shares: list[float] | None = None) -> Corpus:
+    """Build the suite corpus ``<script>_<regime>`` from the ``prepare`` section of params.yaml.
+    ``font_shares``: the free regime's font probabilities (a study's option; default uniform)."""
     script, regime = parse_name(name)
     cfg = params["suite"]
     seed = int(params["seed"])
     texts, text_info = load_texts(script, int(cfg["n_tokens"]), int(cfg["max_len"]), udhr_dir)
     signs = [ch for _, t in texts for ch in t]
     check_coverage(script, signs, cfg, regime)
-    r = SuiteRenderer(name, cfg, seed, int(params["image_size"]))
+    r = SuiteRenderer(name, cfg, seed, int(params["image_size"]), font_shares)
     rows, images = [], []
     for text_id, text in texts:
         if regime == "free":
@@ -662,7 +673,9 @@ def build(name: str, params: dict, udhr_dir: Path | None = None) -> Corpus:
         "suite": {"script": script, "regime": regime, "sign": SIGN_DEFINITION, **text_info},
         "fonts": fonts_meta,
         "regime": {"name": regime, **regime_cfg} if regime != "free" else
-                  {"name": "free", "fonts_per_text": "random per token; >= 2 fonts in every text of >= 2 tokens"},
+                  {"name": "free", "fonts_per_text": "random per token; >= 2 fonts in every text of >= 2 tokens",
+                   **({} if r.font_shares is None else
+                      {"font_shares": dict(zip(cfg["fonts"][script], r.font_shares.round(6).tolist()))})},
         "normalisation": "signclust.data.import_corpus.normalise_image (crop to ink, centre, aspect kept)",
         "seed": seed,
         "hands": int(tokens["hand"].nunique()),
