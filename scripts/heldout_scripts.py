@@ -4,6 +4,7 @@
     .venv/bin/python scripts/heldout_scripts.py --scripts armenian --seeds 0
     .venv/bin/python scripts/heldout_scripts.py --set refits=1 --out reports/heldout_scripts_refits1.md
     .venv/bin/python scripts/heldout_scripts.py --regimes free --out reports/heldout_scripts_free.md
+    .venv/bin/python scripts/heldout_scripts.py --tokens 1000 --seeds 0 --out reports/heldout_scripts_1000_tokens.md
 
 The suite builder (data/suite.py) knows more scripts than the default suite scores
 (params.yaml ``prepare.suite.scripts``): Armenian (60 signs) and Ethiopic (135 signs, an abugida)
@@ -13,7 +14,9 @@ of params.yaml, exactly as the train stage configures them: ``lm`` never given K
 references given K true) and writes one table against the suite's targets: the margin over
 ``ward_pixels`` and K found against K true. The labels are used only to score. ``--set KEY=VALUE``
 changes one of ``lm``'s parameters (checked like every parameter), to see whether an option
-found on the suite holds on scripts it was not chosen on; such a study needs its own ``--out``.
+found on the suite holds on scripts it was not chosen on; such a study needs its own ``--out``, as does
+``--tokens N`` (corpora of N tokens instead of ``prepare.suite.n_tokens``: a default chosen on
+3000-token corpora, tried on shorter and longer ones).
 """
 from __future__ import annotations
 
@@ -69,13 +72,14 @@ def parse_changes(items: list[str]) -> dict:
 
 
 def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, changes: dict | None = None,
-             regimes: tuple = suite.REGIMES) -> str:
+             regimes: tuple = suite.REGIMES, tokens: int | None = None) -> str:
     ours, ref = ROWS[0], targets["margin_over"]
     lines = ["# Held-out scripts: the suite's targets on scripts no default was chosen on", "",
              f"Written by `scripts/heldout_scripts.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
              f"Scripts {', '.join(scripts)}, built by the suite's builder (`data/suite.py`) in "
              + ("all three regimes" if set(regimes) == set(suite.REGIMES) else
                 f"the regime{'s' if len(regimes) > 1 else ''} {', '.join(regimes)}")
+             + (f", {tokens} tokens each (`--tokens`; the suite's corpora have 3000)" if tokens else "")
              + " and kept out of the scored suite, of the tuning studies and of every default. "
              f"`{ours}` is never given K; the Ward references are given K true."
              + (f" `{ours}` changed by {', '.join(f'`{k}: {v}`' for k, v in changes.items())}." if changes else ""),
@@ -113,11 +117,14 @@ def main(argv=None):
     ap.add_argument("--regimes", nargs="+", default=list(suite.REGIMES), choices=suite.REGIMES)
     ap.add_argument("--out", help="default reports/heldout_scripts.md")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help=f"change {ROWS[0]}'s parameters")
+    ap.add_argument("--tokens", type=int, help="tokens per corpus (default prepare.suite.n_tokens)")
     args = ap.parse_args(argv)
     params = load_params()
     changes = parse_changes(args.set)
-    out = report_path(args.out, "heldout_scripts.md", ("--set", "--regimes"),
-                      bool(changes) or set(args.regimes) != set(suite.REGIMES))
+    out = report_path(args.out, "heldout_scripts.md", ("--set", "--regimes", "--tokens"),
+                      bool(changes) or set(args.regimes) != set(suite.REGIMES) or args.tokens is not None)
+    if args.tokens is not None:
+        params["prepare"]["suite"]["n_tokens"] = args.tokens        # load_texts checks it (positive, available)
     method, cfg, _ = run_config(ROWS[0], params)
     get_clusterer(method, **{**cfg, **changes})                    # an unknown or bad value: one line, now
     scored = set(params["prepare"]["suite"]["scripts"])
@@ -125,18 +132,18 @@ def main(argv=None):
     if overlap:
         raise UserError(f"{', '.join(overlap)}: part of the scored suite (prepare.suite.scripts), not held out")
     targets = params["report"]["suite"]["targets"]
+    # every corpus built before any fit: a script too short for --tokens fails now, not after the others' fits
+    corpora = {f"{script}_{reg}": suite.build(f"{script}_{reg}", params["prepare"])
+               for script in args.scripts for reg in args.regimes}
     table: dict = {}
-    for script in args.scripts:
-        for reg in args.regimes:
-            name = f"{script}_{reg}"
-            corpus = suite.build(name, params["prepare"])
-            table[name] = {"k_true": corpus.counts()["types"]}
-            for row in ROWS:
-                table[name][row] = [fit_row(row, corpus, s, params, changes if row == ROWS[0] else None)
-                                    for s in args.seeds]
-            print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
-                  flush=True)
-    text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes)
+    for name, corpus in corpora.items():
+        table[name] = {"k_true": corpus.counts()["types"]}
+        for row in ROWS:
+            table[name][row] = [fit_row(row, corpus, s, params, changes if row == ROWS[0] else None)
+                                for s in args.seeds]
+        print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
+              flush=True)
+    text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes, args.tokens)
     atomic_write_text(out, text)
     print(text)
 
