@@ -36,7 +36,7 @@ from pair_model_calibration import load_corpus  # noqa: E402  (data/corpora, els
 from small_types_study import within  # noqa: E402  (K within ±20% of K true)
 from signclust.config import load_params  # noqa: E402
 from signclust.data import suite  # noqa: E402
-from signclust.errors import UserError, cli_main  # noqa: E402
+from signclust.errors import cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
@@ -119,9 +119,6 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="the report (a new name for each study)")
     args = ap.parse_args(argv)
     params = load_params()
-    if args.font_shares:
-        if min(args.font_shares) <= 0:
-            raise UserError(f"--font-shares {args.font_shares}: every share must be positive")
     row_cfg = {k: v for k, v in params["runs"]["lm"].items() if k != "method"}
     grid = [{"form_occupancy": occ, "form_shrink": s} for occ in (False, True) for s in args.shrinks]
     table, k_true = {}, {}

@@ -29,3 +29,9 @@ def test_grid_scores_lms_own_fits(tiny_corpus):
     table = [line for line in md.splitlines() if line.startswith("|")]
     assert {line.count("|") for line in table[:4]} == {6}                   # setting + 2 corpora x (K, V)
     assert "shares 0.7, 0.3" in md and "occupancy on, shrink 0.3" in md
+
+
+def test_bad_font_shares_get_the_builders_one_line_error(cli_error, tmp_path):
+    cli_error(study.main, ["--corpora", "greek_free", "--heldout", "--font-shares", "1", "0", "1",
+                           "--out", str(tmp_path / "x.md")], "font_shares: [1.0, 0.0, 1.0] (expected 3 positive")
+    assert not (tmp_path / "x.md").exists()
