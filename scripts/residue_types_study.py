@@ -44,7 +44,7 @@ from signclust.data import suite  # noqa: E402
 from signclust.errors import cli_main  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import get_clusterer  # noqa: E402
-from signclust.models.lm_clusterer import context_counts  # noqa: E402
+from signclust.models.lm_clusterer import context_counts, group_sums  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 from small_types_study import fit_keeping_features  # noqa: E402
 
@@ -91,7 +91,7 @@ def study(x: np.ndarray, z: np.ndarray, gold: np.ndarray, texts: list[np.ndarray
     signs_type = {}
     for t in large[np.argsort(-size[large], kind="stable")]:
         signs_type.setdefault(int(majority[t]), t)
-    centroids = np.stack([x[z == t].mean(0) for t in large])                       # (L, D)
+    centroids = group_sums(x, z, k)[large] / size[large, None]                    # (L, D)
     dist = np.linalg.norm(x[small, None, :] - centroids[None], axis=2)            # (S, L)
     order = np.argsort(dist, axis=1, kind="stable")
     lift = context_lift(z, texts, pseudo)[small][:, large]                        # (S, L)
