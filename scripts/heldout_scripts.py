@@ -72,14 +72,14 @@ def parse_changes(items: list[str]) -> dict:
 
 
 def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, changes: dict | None = None,
-             regimes: tuple = suite.REGIMES, tokens: int | None = None) -> str:
+             regimes: tuple = suite.REGIMES, tokens: int | None = None, suite_tokens: int = 3000) -> str:
     ours, ref = ROWS[0], targets["margin_over"]
     lines = ["# Held-out scripts: the suite's targets on scripts no default was chosen on", "",
              f"Written by `scripts/heldout_scripts.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
              f"Scripts {', '.join(scripts)}, built by the suite's builder (`data/suite.py`) in "
              + ("all three regimes" if set(regimes) == set(suite.REGIMES) else
                 f"the regime{'s' if len(regimes) > 1 else ''} {', '.join(regimes)}")
-             + (f", {tokens} tokens each (`--tokens`; the suite's corpora have 3000)" if tokens else "")
+             + (f", {tokens} tokens each (`--tokens`; the suite's corpora have {suite_tokens})" if tokens else "")
              + " and kept out of the scored suite, of the tuning studies and of every default. "
              f"`{ours}` is never given K; the Ward references are given K true."
              + (f" `{ours}` changed by {', '.join(f'`{k}: {v}`' for k, v in changes.items())}." if changes else ""),
@@ -123,6 +123,7 @@ def main(argv=None):
     changes = parse_changes(args.set)
     out = report_path(args.out, "heldout_scripts.md", ("--set", "--regimes", "--tokens"),
                       bool(changes) or set(args.regimes) != set(suite.REGIMES) or args.tokens is not None)
+    suite_tokens = params["prepare"]["suite"]["n_tokens"]
     if args.tokens is not None:
         params["prepare"]["suite"]["n_tokens"] = args.tokens        # load_texts checks it (positive, available)
     method, cfg, _ = run_config(ROWS[0], params)
@@ -143,7 +144,7 @@ def main(argv=None):
                                 for s in args.seeds]
         print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
               flush=True)
-    text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes, args.tokens)
+    text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes, args.tokens, suite_tokens)
     atomic_write_text(out, text)
     print(text)
 

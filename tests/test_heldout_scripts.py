@@ -58,6 +58,8 @@ def test_another_corpus_size_is_named_built_and_needs_its_own_out(cli_error, tmp
                         "ward_glyphs": [(0.91, 50, 0.1)]}}
     assert "in all three regimes, 1000 tokens each (`--tokens`" in heldout.markdown(
         table, [0], ["x"], TARGETS, tokens=1000)
+    assert "1000 tokens each (`--tokens`; the suite's corpora have 2500)" in heldout.markdown(
+        table, [0], ["x"], TARGETS, tokens=1000, suite_tokens=2500)
     cli_error(heldout.main, ["--tokens", "1000"], "--set, --regimes or --tokens make another study than "
                                                    "reports/heldout_scripts.md: give it its own --out")
     cli_error(heldout.main, ["--tokens", "0", "--out", str(tmp_path / "x.md")],
