@@ -401,3 +401,17 @@ def test_inventory_without_gold_labels(tmp_path):
     assert len(data["types"]) == 2 and not data["gold"] and 'id="splits"' not in page
     assert all(t["purity"] is None for t in data["types"])
     assert png_path.exists()
+
+
+def test_sheet_labels_drop_the_words_every_label_shares_and_keep_the_end():
+    greek = ["GREEK SMALL LETTER ALPHA", "GREEK CAPITAL LETTER ALPHA", "GREEK SMALL LETTER FINAL SIGMA"]
+    assert inventory.short_labels(greek) == {"GREEK SMALL LETTER ALPHA": "SMALL ALPHA",
+                                             "GREEK CAPITAL LETTER ALPHA": "CAPITAL ALPHA",
+                                             "GREEK SMALL LETTER FINAL SIGMA": "SMALL FINAL SIGMA"}
+    # nothing shared: the end of a long label, after an ellipsis, width characters in all
+    got = inventory.short_labels(["CJK UNIFIED IDEOGRAPH-4EBA", "HIRAGANA LETTER A"], width=12)
+    assert got == {"CJK UNIFIED IDEOGRAPH-4EBA": "…OGRAPH-4EBA", "HIRAGANA LETTER A": "…NA LETTER A"}
+    assert all(len(v) <= 12 for v in got.values())
+    # one label, or a label made of shared words only, is kept whole
+    assert inventory.short_labels(["A"]) == {"A": "A"}
+    assert inventory.short_labels(["X Y", "X Y Z"]) == {"X Y": "X Y", "X Y Z": "Z"}

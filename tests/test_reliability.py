@@ -112,6 +112,61 @@ def test_importer_replaces_a_corpus_only_with_force_atomically(glyphs, tmp_path,
     assert sorted(os.listdir(tmp_path)) == ["imgs", "m.csv", "old"]    # no .old, no .tmp left
 
 
+def _project(root: Path, name: str) -> dict:
+    """A project at ``root`` with what the later stages made from data/corpora/<name> and from another
+    corpus ``<name>_2`` (whose names end like the first's); returns relative path -> bytes of it all."""
+    made = {f"data/distances/{name}/dist.npy": b"d", f"models/runs/lm/{name}/seed0/info.json": b"{}",
+            f"models/runs/ward/{name}/seed0/info.json": b"{}", f"models/runs/.checkpoints/lm/{name}/seed0/c": b"c",
+            f"reports/metrics/lm_{name}.json": b"m", f"reports/timings/lm_{name}.json": b"t",
+            f"reports/inventory/lm_{name}.html": b"h", f"reports/inventory/lm_{name}.png": b"p",
+            f"reports/ablation_{name}.md": b"a", f"reports/metrics/ablation_{name}.json": b"a",
+            # another corpus's: kept
+            f"data/distances/{name}_2/dist.npy": b"d", f"models/runs/lm/{name}_2/seed0/info.json": b"{}",
+            f"reports/inventory/lm_{name}_2.html": b"h", f"reports/metrics/lm_x{name}.json": b"m"}
+    for rel, data in made.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return made
+
+
+def test_reimport_of_other_tokens_removes_what_was_made_from_the_old_corpus(glyphs, tmp_path, monkeypatch, capsys):
+    manifest, folder = glyphs
+    root = tmp_path / "project"
+    monkeypatch.setattr(imp, "REPO_ROOT", root)
+    out = root / "data" / "corpora" / "mine"
+    run_import(manifest, folder, out)
+    assert Corpus.load(out).meta["name"] == "mine"                    # OUT's folder name, not the manifest's
+    made = _project(root, "mine")
+    capsys.readouterr()
+    run_import(manifest, folder, out, "--force")                     # the same tokens and images: nothing removed
+    assert "removed" not in capsys.readouterr().out
+    assert all((root / rel).exists() for rel in made)
+    other = write_manifest(tmp_path / "other.csv", [("t", "0", "b.png", "", ""), ("t", "1", "a.png", "", "")])
+    run_import(other, folder, out, "--force")
+    printed = capsys.readouterr().out
+    gone = [rel for rel in made if not (root / rel).exists()]
+    assert sorted(gone) == sorted(rel for rel in made if "mine_2" not in rel and "xmine" not in rel)
+    assert "removed what the later stages made from the corpus it replaced: data/distances/mine, " in printed
+    assert "models/runs/lm/mine, " in printed and "reports/inventory/lm_mine.png" in printed
+    assert sorted(Path(p).name for p in imp.derived_outputs(root, "mine")) == []
+    # a corpus outside the project's data/corpora has no derived outputs there: they stay
+    _project(root, "elsewhere")
+    away = tmp_path / "elsewhere"
+    run_import(manifest, folder, away)
+    run_import(other, folder, away, "--force")
+    assert (root / "models" / "runs" / "lm" / "elsewhere").is_dir()
+
+
+def test_an_import_with_some_labels_says_the_stages_will_read_it_as_unlabelled(glyphs, tmp_path, capsys):
+    manifest, folder = glyphs
+    partly = write_manifest(tmp_path / "p.csv", [("t", "0", "a.png", "A", ""), ("t", "1", "b.png", "", "")])
+    run_import(partly, folder, tmp_path / "p")
+    out = capsys.readouterr().out
+    assert "note: 1 of 2 tokens have no label; the stages read a corpus as labelled only when every token is" in out
+    run_import(manifest, folder, tmp_path / "none")                  # no label at all: nothing to note
+    assert "note:" not in capsys.readouterr().out
+
+
 def test_importer_unwritable_parent_and_os_errors_are_one_line(glyphs, tmp_path, monkeypatch, capsys):
     manifest, folder = glyphs
     import signclust.data.corpus as corpus_mod

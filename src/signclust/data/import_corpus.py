@@ -15,11 +15,20 @@ image folder, a duplicate ``(text_id, position)``, a position that is not a whol
 number from 0 to 2**31 - 1. OUT must be a new or empty folder, or an existing corpus
 with ``--force`` (replaced atomically); it may never be, contain or lie inside the
 image folder or the manifest.
+
+When ``--force`` replaces the project's ``data/corpora/<name>`` with other tokens or images,
+what the later stages made from the old corpus (its distances, every run's fits and checkpoints,
+its metrics, timings, inventory and ablation reports: ``derived_outputs``) is removed, and the
+importer names it: a run trained on the old corpus would otherwise be read as a result on the new
+one. Re-importing the same tokens and images removes nothing.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,7 +36,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
-from signclust.data.corpus import MAX_POSITION, Corpus, check_corpus_out, dedupe_images
+from signclust.config import REPO_ROOT, load_params
+from signclust.data.corpus import MAX_POSITION, Corpus, check_corpus_out, dedupe_images, is_corpus_folder
 from signclust.errors import UserError, cli_main
 
 REQUIRED = ("text_id", "position", "image")
@@ -209,6 +219,49 @@ def import_corpus(manifest: Path, image_dir: Path, size: int = 48, name: str | N
     return Corpus(tokens, uniq, meta)
 
 
+def content_digest(folder: Path) -> str | None:
+    """sha256 of a corpus folder's tokens and images (not its meta.json, which names the manifest);
+    None when the folder holds no corpus."""
+    if not is_corpus_folder(folder):
+        return None
+    h = hashlib.sha256()
+    for name in ("tokens.csv", "images.npy"):
+        with open(folder / name, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def derived_outputs(root: Path, name: str) -> list[Path]:
+    """What the later stages made from the corpus ``data/corpora/<name>`` of the project at ``root``
+    and that exists: its distances, each run's fits and checkpoints, and the reports named after a run
+    and the corpus (metrics, timings, inventory) or after the corpus alone (ablation). The run names
+    are the run folders' and those of params.yaml's ``runs``."""
+    runs_root = root / "models" / "runs"
+    ckpt_root = runs_root / ".checkpoints"
+    runs = {p.name for p in runs_root.iterdir() if p.is_dir() and not p.name.startswith(".")} \
+        if runs_root.is_dir() else set()
+    with contextlib.suppress(UserError):             # no or a bad params.yaml: the run folders still name runs
+        runs |= set((load_params().get("runs") or {}))
+    found = [root / "data" / "distances" / name]
+    found += [runs_root / run / name for run in sorted(runs)]
+    found += [ckpt_root / run / name for run in sorted(os.listdir(ckpt_root))] if ckpt_root.is_dir() else []
+    reports = root / "reports"
+    for run in sorted(runs):
+        found += [reports / "metrics" / f"{run}_{name}.json", reports / "timings" / f"{run}_{name}.json",
+                  reports / "inventory" / f"{run}_{name}.html", reports / "inventory" / f"{run}_{name}.png"]
+    found += [reports / f"ablation_{name}.md", reports / "metrics" / f"ablation_{name}.json"]
+    return [p for p in found if os.path.lexists(p)]
+
+
+def remove(paths: list[Path]) -> None:
+    for p in paths:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
 @cli_main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -216,7 +269,7 @@ def main(argv=None):
     ap.add_argument("image_dir", type=Path)
     ap.add_argument("out", type=Path, help="corpus folder to write (e.g. data/corpora/mine)")
     ap.add_argument("--size", type=int, default=48, help="output image size in pixels (default 48)")
-    ap.add_argument("--name", help="corpus name recorded in meta.json (default: manifest file name)")
+    ap.add_argument("--name", help="corpus name recorded in meta.json (default: OUT's folder name)")
     ap.add_argument("--force", action="store_true", help="replace OUT when it already holds a corpus")
     ap.add_argument("--allow-blank", action="store_true",
                     help="import blank or near-blank images with a warning instead of stopping")
@@ -228,11 +281,24 @@ def main(argv=None):
     if args.max_pixels < 1:
         raise UserError("--max-pixels must be at least 1")
     out = check_corpus_out(args.out, args.force, {"image folder": args.image_dir, "manifest": args.manifest})
-    corpus = import_corpus(args.manifest, args.image_dir, args.size, args.name, args.max_pixels, args.allow_blank)
+    corpus = import_corpus(args.manifest, args.image_dir, args.size, args.name or out.name, args.max_pixels,
+                           args.allow_blank)
+    before = content_digest(out)
     corpus.save(out)
     c = corpus.counts()
     print(f"imported {c['tokens']} tokens in {c['texts']} texts ({c['images']} distinct images, "
           f"{c['types']} labelled types) -> {args.out}")
+    unlabelled = int((corpus.tokens["label"].astype(str) == "").sum())
+    if 0 < unlabelled < c["tokens"]:
+        print(f"note: {unlabelled} of {c['tokens']} tokens have no label; the stages read a corpus as labelled only "
+              "when every token is (evaluate refuses it, the inventory shows no majority sign or purity)")
+    root = REPO_ROOT.resolve()
+    if before is not None and before != content_digest(out) and out.resolve() == root / "data" / "corpora" / out.name:
+        stale = derived_outputs(root, out.name)
+        remove(stale)
+        if stale:
+            print(f"removed what the later stages made from the corpus it replaced: "
+                  f"{', '.join(str(p.relative_to(root)) for p in stale)}")
 
 
 if __name__ == "__main__":

@@ -338,6 +338,19 @@ def sheet_mosaic(images: np.ndarray, types: list[FoundType], cfg: dict, gold: bo
     return out
 
 
+def short_labels(labels, width: int = 18) -> dict[str, str]:
+    """Each gold label as the PNG sheet prints it: the words every label of the corpus shares dropped
+    ("GREEK SMALL LETTER ALPHA" -> "SMALL ALPHA" when all are Greek letters), then, if still longer
+    than ``width``, its end after an ellipsis (the end of a label tells signs apart: "...IDEOGRAPH-4EBA")."""
+    labels = sorted({str(x) for x in labels})
+    shared = set.intersection(*(set(x.split()) for x in labels)) if len(labels) > 1 else set()
+    out = {}
+    for label in labels:
+        kept = " ".join(w for w in label.split() if w not in shared) or label
+        out[label] = kept if len(kept) <= width else "…" + kept[-(width - 1):]
+    return out
+
+
 def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], names: dict, cfg: dict,
                  path: Path) -> None:
     import matplotlib
@@ -357,10 +370,11 @@ def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], nam
     ax.axis("off")
     from matplotlib.patches import Rectangle
     bar_w = 60
+    short = short_labels(corpus.tokens["label"]) if gold else {}
     for row, t in enumerate(shown):
         line = f"#{row + 1}  type {t.type_id}  n={t.size}"
         if gold:
-            line += f"\n{t.majority[:16]}  purity {t.purity:.2f}"
+            line += f"\n{short[t.majority]}  purity {t.purity:.2f}"
         ax.text(-10 - (bar_w + 8 if gold else 0), row * cell + cell / 2, line, ha="right", va="center", fontsize=8,
                 color="#1d232b")
         if gold:       # a purity bar, coloured by level, instead of painting impure rows red
@@ -374,7 +388,8 @@ def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], nam
         head += f" — K found {s['k_found']} vs K true {s['k_true']}, V-measure {s['v_measure']:.3f}"
     sub = (f"largest {len(shown)} of {len(types)} found types shown" if len(shown) < len(types)
            else f"all {len(types)} found types")
-    sub += "; exemplar (medoid) then members across hands" + (
+    hands = (corpus.tokens["hand"].astype(str) != "").any()
+    sub += f"; exemplar (medoid) then members{' across hands' if hands else ''}" + (
         f"; bar = purity (green >= {cfg['impure_below']:.2f}, amber >= 0.50, red below)" if gold else "")
     fig.text(0.01, 1 - 28 / fig.bbox.height, head, fontsize=11, fontweight="bold", va="center")
     fig.text(0.01, 1 - 56 / fig.bbox.height, sub, fontsize=9, color="#555", va="center")
