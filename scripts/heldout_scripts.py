@@ -16,7 +16,11 @@ references given K true) and writes one table against the suite's targets: the m
 changes one of ``lm``'s parameters (checked like every parameter), to see whether an option
 found on the suite holds on scripts it was not chosen on; such a study needs its own ``--out``, as does
 ``--tokens N`` (corpora of N tokens instead of ``prepare.suite.n_tokens``: a default chosen on
-3000-token corpora, tried on shorter and longer ones).
+3000-token corpora, tried on shorter and longer ones). ``--typefaces F1 F2 ...`` draws every given
+script with those font files instead of ``prepare.suite.fonts`` (its own --out): then the suite's own
+scripts may be given too, since their corpora are then drawn in typefaces no default saw (a script whose
+handwriting uses the Hershey stroke fonts, ``prepare.suite.hershey_scripts``, is refused in that regime:
+its corpus would be the suite's).
 """
 from __future__ import annotations
 
@@ -72,7 +76,8 @@ def parse_changes(items: list[str]) -> dict:
 
 
 def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, changes: dict | None = None,
-             regimes: tuple = suite.REGIMES, tokens: int | None = None, suite_tokens: int = 3000) -> str:
+             regimes: tuple = suite.REGIMES, tokens: int | None = None, suite_tokens: int = 3000,
+             typefaces: list[str] | None = None) -> str:
     ours, ref = ROWS[0], targets["margin_over"]
     lines = ["# Held-out scripts: the suite's targets on scripts no default was chosen on", "",
              f"Written by `scripts/heldout_scripts.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
@@ -80,6 +85,8 @@ def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, c
              + ("all three regimes" if set(regimes) == set(suite.REGIMES) else
                 f"the regime{'s' if len(regimes) > 1 else ''} {', '.join(regimes)}")
              + (f", {tokens} tokens each (`--tokens`; the suite's corpora have {suite_tokens})" if tokens else "")
+             + (f", drawn with the typefaces {', '.join(f'`{f}`' for f in typefaces)} (`--typefaces`) that no "
+                "corpus of the scored suite uses (so even a suite script's corpora are new)" if typefaces else "")
              + " and kept out of the scored suite, of the tuning studies and of every default. "
              f"`{ours}` is never given K; the Ward references are given K true."
              + (f" `{ours}` changed by {', '.join(f'`{k}: {v}`' for k, v in changes.items())}." if changes else ""),
@@ -98,15 +105,20 @@ def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, c
         lines.append(f"| {name} | {row['k_true']} | **{v[ours].mean():.3f} ± {v[ours].std():.3f}** | {k:.0f} ({err:+.0%}) | "
                      + " | ".join(f"{v[r].mean():.3f}" for r in ROWS[1:])
                      + f" | {margin:+.3f} | {np.mean([x[2] for x in row[ours]]):.1f} |")
+    lines += ["", "## Targets (as in reports/suite.md)", "",
+              "| target | measured | misses |", "|---|---|---|"] + target_rows(margins, kerr, targets)
+    return "\n".join(lines) + "\n"
+
+
+def target_rows(margins: list[tuple[str, float]], kerr: list[tuple[str, float]], targets: dict) -> list[str]:
+    """The margin and K rows of a targets table from (corpus, margin over the reference) and (corpus,
+    relative K error) pairs."""
     short = [f"{n} ({m:+.3f})" for n, m in margins if m < targets["margin"]]
     far = [f"{n} ({e:+.0%})" for n, e in kerr if abs(e) > targets["k_within"]]
-    lines += ["", "## Targets (as in reports/suite.md)", "",
-              "| target | measured | misses |", "|---|---|---|",
-              f"| native V ≥ `{ref}` + {targets['margin']} | {len(margins) - len(short)}/{len(margins)} corpora; "
-              f"smallest margin {min(m for _, m in margins):+.3f} | {', '.join(short) or '–'} |",
-              f"| K found within ±{targets['k_within']:.0%} of K true | {len(kerr) - len(far)}/{len(kerr)} corpora; "
-              f"median absolute error {np.median([abs(e) for _, e in kerr]):.0%} | {', '.join(far) or '–'} |"]
-    return "\n".join(lines) + "\n"
+    return [f"| native V ≥ `{targets['margin_over']}` + {targets['margin']} | {len(margins) - len(short)}/"
+            f"{len(margins)} corpora; smallest margin {min(m for _, m in margins):+.3f} | {', '.join(short) or '–'} |",
+            f"| K found within ±{targets['k_within']:.0%} of K true | {len(kerr) - len(far)}/{len(kerr)} corpora; "
+            f"median absolute error {np.median([abs(e) for _, e in kerr]):.0%} | {', '.join(far) or '–'} |"]
 
 
 @cli_main
@@ -118,11 +130,14 @@ def main(argv=None):
     ap.add_argument("--out", help="default reports/heldout_scripts.md")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help=f"change {ROWS[0]}'s parameters")
     ap.add_argument("--tokens", type=int, help="tokens per corpus (default prepare.suite.n_tokens)")
+    ap.add_argument("--typefaces", nargs="+", metavar="FONT",
+                    help="font files to draw every script with instead of prepare.suite.fonts (at least two)")
     args = ap.parse_args(argv)
     params = load_params()
     changes = parse_changes(args.set)
-    out = report_path(args.out, "heldout_scripts.md", ("--set", "--regimes", "--tokens"),
-                      bool(changes) or set(args.regimes) != set(suite.REGIMES) or args.tokens is not None)
+    out = report_path(args.out, "heldout_scripts.md", ("--set", "--regimes", "--tokens", "--typefaces"),
+                      bool(changes) or set(args.regimes) != set(suite.REGIMES) or args.tokens is not None
+                      or bool(args.typefaces))
     suite_tokens = params["prepare"]["suite"]["n_tokens"]
     if args.tokens is not None:
         params["prepare"]["suite"]["n_tokens"] = args.tokens        # load_texts checks it (positive, available)
@@ -130,8 +145,17 @@ def main(argv=None):
     get_clusterer(method, **{**cfg, **changes})                    # an unknown or bad value: one line, now
     scored = set(params["prepare"]["suite"]["scripts"])
     overlap = sorted(set(args.scripts) & scored)
-    if overlap:
+    if overlap and not args.typefaces:
         raise UserError(f"{', '.join(overlap)}: part of the scored suite (prepare.suite.scripts), not held out")
+    if args.typefaces:
+        if len(set(args.typefaces)) < 2:
+            raise UserError("--typefaces: give at least two different font files")
+        stroked = sorted(s for s in args.scripts if s in params["prepare"]["suite"].get("hershey_scripts", []))
+        if stroked and "handwriting" in args.regimes:
+            raise UserError(f"{', '.join(stroked)}: its handwriting is drawn with the Hershey stroke fonts, not "
+                            "typefaces; leave the handwriting regime out (--regimes free hands)")
+        for script in args.scripts:
+            params["prepare"]["suite"]["fonts"][script] = list(args.typefaces)
     targets = params["report"]["suite"]["targets"]
     # every corpus built before any fit: a script too short for --tokens fails now, not after the others' fits
     corpora = {f"{script}_{reg}": suite.build(f"{script}_{reg}", params["prepare"])
@@ -144,7 +168,8 @@ def main(argv=None):
                                 for s in args.seeds]
         print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
               flush=True)
-    text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes, args.tokens, suite_tokens)
+    text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes, args.tokens, suite_tokens,
+                    args.typefaces)
     atomic_write_text(out, text)
     print(text)
 

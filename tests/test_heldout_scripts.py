@@ -37,7 +37,7 @@ def test_changes_are_read_as_yaml_named_in_the_table_and_need_their_own_out(cli_
     table = {"x_free": {"k_true": 50, "lm": [(0.98, 50, 1.0)], "ward_pixels": [(0.90, 50, 0.1)],
                         "ward_glyphs": [(0.91, 50, 0.1)]}}
     assert "`lm` changed by `refits: 1`." in heldout.markdown(table, [0], ["x"], TARGETS, {"refits": 1})
-    for argv, message in ((["--set", "refits=1"], "--set, --regimes or --tokens make another study than "
+    for argv, message in ((["--set", "refits=1"], "--set, --regimes, --tokens or --typefaces make another study than "
                                                   "reports/heldout_scripts.md: give it its own --out"),
                           (["--set", "refits"], "--set 'refits': expected KEY=VALUE, e.g. --set refits=1"),
                           (["--set", "refits=-1", "--out", "x.md"], "refits")):
@@ -49,7 +49,7 @@ def test_a_subset_of_regimes_is_named_and_needs_its_own_out(cli_error):
                         "ward_glyphs": [(0.91, 50, 0.1)]}}
     assert "in the regime free and kept out" in heldout.markdown(table, [0], ["x"], TARGETS, regimes=("free",))
     assert "in all three regimes and kept out" in heldout.markdown(table, [0], ["x"], TARGETS)
-    cli_error(heldout.main, ["--regimes", "free"], "--set, --regimes or --tokens make another study than "
+    cli_error(heldout.main, ["--regimes", "free"], "--set, --regimes, --tokens or --typefaces make another study than "
                                                    "reports/heldout_scripts.md: give it its own --out")
 
 
@@ -60,7 +60,7 @@ def test_another_corpus_size_is_named_built_and_needs_its_own_out(cli_error, tmp
         table, [0], ["x"], TARGETS, tokens=1000)
     assert "1000 tokens each (`--tokens`; the suite's corpora have 2500)" in heldout.markdown(
         table, [0], ["x"], TARGETS, tokens=1000, suite_tokens=2500)
-    cli_error(heldout.main, ["--tokens", "1000"], "--set, --regimes or --tokens make another study than "
+    cli_error(heldout.main, ["--tokens", "1000"], "--set, --regimes, --tokens or --typefaces make another study than "
                                                    "reports/heldout_scripts.md: give it its own --out")
     cli_error(heldout.main, ["--tokens", "0", "--out", str(tmp_path / "x.md")],
               "suite n_tokens and max_len must be positive")
@@ -70,3 +70,24 @@ def test_another_corpus_size_is_named_built_and_needs_its_own_out(cli_error, tmp
     cli_error(heldout.main, ["--scripts", "armenian", "ethiopic", "--regimes", "free", "--tokens", "6000",
                              "--out", str(tmp_path / "x.md")], "(amh) has 4114 signs; n_tokens=6000 asks for more")
     assert fitted == [] and not (tmp_path / "x.md").exists()
+
+
+def test_given_typefaces_let_a_suite_script_in_and_draw_every_corpus(cli_error, tmp_path, monkeypatch):
+    table = {"x_hands": {"k_true": 50, "lm": [(0.98, 50, 1.0)], "ward_pixels": [(0.90, 50, 0.1)],
+                         "ward_glyphs": [(0.91, 50, 0.1)]}}
+    assert "drawn with the typefaces `A.ttf`, `B.ttf` (`--typefaces`) that no corpus of the scored suite uses" in \
+        heldout.markdown(table, [0], ["x"], TARGETS, typefaces=["A.ttf", "B.ttf"])
+    out = str(tmp_path / "x.md")
+    cli_error(heldout.main, ["--scripts", "latin", "--regimes", "hands", "handwriting", "--typefaces", "DejaVuSans.ttf",
+                             "NotoSans-Bold.ttf", "--out", out], "latin: its handwriting is drawn with the Hershey")
+    cli_error(heldout.main, ["--scripts", "latin", "--typefaces", "DejaVuSans.ttf", "DejaVuSans.ttf", "--out", out],
+              "--typefaces: give at least two different font files")
+    cli_error(heldout.main, ["--scripts", "latin", "--typefaces", "DejaVuSans.ttf", "NotoSans-Bold.ttf"],
+              "--set, --regimes, --tokens or --typefaces make another study than reports/heldout_scripts.md")
+    hands = []
+    monkeypatch.setattr(heldout, "fit_row", lambda row, corpus, *a, **k: hands.append(set(corpus.tokens["hand"]))
+                        or (1.0, 1, 0.0))
+    heldout.main(["--scripts", "latin", "--regimes", "free", "--seeds", "0", "--tokens", "200", "--typefaces",
+                  "DejaVuSans.ttf", "NotoSans-Bold.ttf", "--out", out])
+    assert hands and all(h == {"DejaVuSans", "NotoSans-Bold"} for h in hands)
+    assert "`DejaVuSans.ttf`, `NotoSans-Bold.ttf` (`--typefaces`)" in (tmp_path / "x.md").read_text()
