@@ -46,6 +46,13 @@ from signclust.models.base import FitContext, get_clusterer  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 
 ROWS = ("lm", "ward_pixels", "ward_glyphs")
+HELDOUT = ["armenian", "ethiopic"]          # scripts the builder knows and no default was chosen on
+
+
+def check_typefaces(typefaces: list[str] | None) -> None:
+    """``--typefaces``, when given, names at least two different font files."""
+    if typefaces is not None and len(set(typefaces)) < 2:
+        raise UserError("--typefaces: give at least two different font files")
 
 
 def fit_row(row: str, corpus: Corpus, seed: int, params: dict,
@@ -124,7 +131,7 @@ def target_rows(margins: list[tuple[str, float]], kerr: list[tuple[str, float]],
 @cli_main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scripts", nargs="+", default=["armenian", "ethiopic"])
+    ap.add_argument("--scripts", nargs="+", default=HELDOUT)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--regimes", nargs="+", default=list(suite.REGIMES), choices=suite.REGIMES)
     ap.add_argument("--out", help="default reports/heldout_scripts.md")
@@ -147,9 +154,8 @@ def main(argv=None):
     overlap = sorted(set(args.scripts) & scored)
     if overlap and not args.typefaces:
         raise UserError(f"{', '.join(overlap)}: part of the scored suite (prepare.suite.scripts), not held out")
+    check_typefaces(args.typefaces)
     if args.typefaces:
-        if len(set(args.typefaces)) < 2:
-            raise UserError("--typefaces: give at least two different font files")
         stroked = sorted(s for s in args.scripts if s in params["prepare"]["suite"].get("hershey_scripts", []))
         if stroked and "handwriting" in args.regimes:
             raise UserError(f"{', '.join(stroked)}: its handwriting is drawn with the Hershey stroke fonts, not "

@@ -31,15 +31,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from heldout_scripts import fit_row, target_rows  # noqa: E402  (one configured row's (V, K, s); the targets' rows)
+from heldout_scripts import HELDOUT, check_typefaces, fit_row, target_rows  # noqa: E402  (the held-out scripts, ...)
 from pair_model_calibration import report_path  # noqa: E402  (--out, else reports/<name>)
 from signclust.config import load_params  # noqa: E402
 from signclust.data import suite  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
-
-HELDOUT = ["armenian", "ethiopic"]
-
 
 def font_pairs(fonts: list[str]) -> list[tuple[str, str]]:
     """Every pair of a script's configured typefaces, in their order in params.yaml."""
@@ -99,8 +96,7 @@ def main(argv=None):
     unknown = [s for s in scripts if s not in suite.SCRIPTS]
     if unknown:
         raise UserError(f"{', '.join(unknown)}: not a script the suite builder knows ({', '.join(suite.SCRIPTS)})")
-    if args.typefaces is not None and len(set(args.typefaces)) < 2:
-        raise UserError("--typefaces: give at least two different font files")
+    check_typefaces(args.typefaces)
     out = report_path(args.out, "two_typeface_check.md", ("--scripts", "--seeds", "--typefaces"),
                       bool(args.scripts) or args.seeds != [0, 1, 2] or bool(args.typefaces))
     targets = params["report"]["suite"]["targets"]
