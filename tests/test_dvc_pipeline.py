@@ -24,8 +24,16 @@ DVC = Path(sys.executable).with_name("dvc")
 SHARED_SECTIONS = {"models", "runs", "presets", "train", "prepare", "report", "evaluate"}
 
 
+PIPELINES = ("dvc.yaml", "full/dvc.yaml")   # the main job, then the full tables
+
+
 def stages() -> dict:
-    return yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"]
+    """Every stage of both pipeline files, a full/dvc.yaml stage named as DVC addresses it from the root."""
+    out = {}
+    for path in PIPELINES:
+        for name, stage in yaml.safe_load((REPO_ROOT / path).read_text())["stages"].items():
+            out[name if path == "dvc.yaml" else f"{path}:{name}"] = stage
+    return out
 
 
 def deps_of(stage: dict) -> list[str]:
@@ -62,12 +70,13 @@ def test_each_train_stage_reads_only_its_own_method():
            "train_suite_deep": "${item}.py", "train_deepdpm": "deepdpm.py", "train_suite_deepdpm": "deepdpm.py"}
     models = ("lm_clusterer.py", "lm_gradient.py", "classical.py", "jule.py", "deepcluster.py", "swav.py",
               "twostage.py", "deepdpm.py")
-    trains = {n: s for n, s in stages().items() if n.startswith("train")}
-    assert set(trains) == set(own)
+    trains = {n: s for n, s in stages().items() if n.split(":")[-1].startswith("train")}
+    assert {n.split(":")[-1] for n in trains} == set(own)
+    assert {n for n in trains if ":" not in n} == {n for n in own if not n.startswith("train_suite_")}
     for name, stage in trains.items():
         files = {Path(d).name for d in deps_of(stage)}
-        assert own[name] in files
-        assert not (files & set(models)) - {own[name]}, f"{name} depends on another method's file"
+        assert own[name.split(":")[-1]] in files
+        assert not (files & set(models)) - {own[name.split(":")[-1]]}, f"{name} depends on another method's file"
         assert "runs.${item.run}" in params_of(stage) or "runs.${item}" in params_of(stage)
 
 
@@ -101,6 +110,53 @@ def test_every_model_module_a_method_imports_is_a_dependency():
             for dotted, short in pattern.findall((REPO_ROOT / dep).read_text()):
                 module = "src/signclust/models/" + (dotted or short).replace(".", "/") + ".py"
                 assert module in deps, f"{name}: {dep} imports {module}, which is not among its deps"
+
+
+def _paths(stage: dict, key: str) -> set[str]:
+    """A stage's ``deps``/``outs``/``metrics`` paths, for every item of its foreach or matrix."""
+    import itertools
+    body = stage.get("do", stage)
+    if "matrix" in stage:
+        axes = stage["matrix"]
+        items = [{f"item.{k}": v for k, v in zip(axes, combo)} for combo in itertools.product(*axes.values())]
+    elif "foreach" in stage:
+        items = [{"item": i} for i in stage["foreach"]]
+    else:
+        items = [{}]
+    out = set()
+    for entry in body.get(key, []):
+        path = entry if isinstance(entry, str) else next(iter(entry))
+        for item in items:
+            filled = path
+            for k, v in item.items():
+                filled = filled.replace("${" + k + "}", v)
+            out.add(filled)
+    return out
+
+
+def test_the_main_job_is_every_row_on_the_main_corpora_and_nothing_of_the_full_tables():
+    # `dvc repro` runs dvc.yaml's stages and what they depend on: if one of them read an output of
+    # full/dvc.yaml, the main job would set off the hours of the full tables
+    from signclust.config import load_params
+    params = load_params()
+    main = params["report"]["main_corpora"]
+    everything = stages()
+    root = {n: s for n, s in everything.items() if ":" not in n}
+    full_outs = set().union(*(_paths(s, k) for n, s in everything.items() if ":" in n for k in ("outs", "metrics")))
+    root_deps = set().union(*(_paths(s, "deps") for s in root.values()))
+    assert not root_deps & full_outs, f"the main job reads the full tables' {sorted(root_deps & full_outs)}"
+    for name, stage in root.items():
+        corpora = stage["matrix"]["corpus"] if "matrix" in stage else stage.get("foreach")
+        if corpora is not None:
+            assert set(corpora) == set(main), f"{name} runs on {corpora}, the main job on {main}"
+    evaluated = {p for p in _paths(root["evaluate"], "metrics")}
+    assert evaluated == {f"reports/metrics/{r}_{c}.json" for r in params["report"]["methods"] for c in main}
+    assert {f"reports/comparison_{'_'.join(main)}.md"} <= _paths(root["report_main"], "outs")
+    # the full tables keep every other built-in corpus, and no stage is in both files
+    full_corpora = set(everything["full/dvc.yaml:evaluate"]["matrix"]["corpus"])
+    assert full_corpora == set(params["report"]["corpora"]) - set(main)
+    outs = [o for s in everything.values() for k in ("outs", "metrics") for o in _paths(s, k)]
+    assert len(outs) == len(set(outs)), "two stages write the same output"
 
 
 def test_caches_are_outside_every_hashed_dependency():

@@ -1,6 +1,8 @@
 """Stage `report`: the comparison table of all evaluated methods, one table per corpus.
 
     python -m signclust.reports.table
+    python -m signclust.reports.table --corpora cypriot --out reports/comparison_cypriot.md \
+        --figure reports/figures/comparison_cypriot.png     # the main job's table (stage report_main)
 
 Reads reports/metrics/<method>_<corpus>.json (written by the evaluate stage) for the corpora of
 params.yaml ``report.corpora`` and the wall times of reports/timings/ (written by the train stage:
@@ -165,13 +167,15 @@ def main(argv=None):
     ap.add_argument("--metrics-dir", help="default reports/metrics")
     ap.add_argument("--out", help="default reports/comparison.md")
     ap.add_argument("--figure", help="default reports/figures/comparison.png")
+    ap.add_argument("--corpora", nargs="+", metavar="CORPUS",
+                    help="the corpora of the table (default params.yaml report.corpora)")
     args = ap.parse_args(argv)
     report = load_params().get("report") or {}
     reports = REPO_ROOT / "reports"
     out = Path(args.out or reports / "comparison.md")
     figure = Path(args.figure or reports / "figures" / "comparison.png")
     build(Path(args.metrics_dir or reports / "metrics"), out, figure, report.get("methods"),
-          report.get("corpora"), reports / "timings")
+          args.corpora or report.get("corpora"), reports / "timings")
     print(f"comparison -> {out}, {figure}")
 
 
