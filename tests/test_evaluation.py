@@ -321,6 +321,19 @@ def test_table_numbers_and_order(tmp_path):
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_table_cli_corpora_keeps_only_those(tmp_path, monkeypatch):
+    # the main job's report_main: `--corpora cypriot` writes cypriot's table, not every corpus's
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    for d in (metrics_doc("alpha", "cyp", 0.75, 0.25), metrics_doc("alpha", "lin", 0.3333, 0.0)):
+        (metrics / f"{d['method']}_{d['corpus']}.json").write_text(json.dumps(d))
+    monkeypatch.setattr(table, "REPO_ROOT", tmp_path)
+    table.main(["--metrics-dir", str(metrics), "--out", str(tmp_path / "c.md"), "--figure", str(tmp_path / "c.png"),
+                "--corpora", "cyp"])
+    text = (tmp_path / "c.md").read_text()
+    assert "## cyp" in text and "## lin" not in text and "| alpha | 3 | 0.750 ± 0.250 |" in text
+
+
 def test_table_without_metrics_is_a_user_error(tmp_path):
     with pytest.raises(UserError):
         table.build(tmp_path, tmp_path / "c.md", None, None)
