@@ -146,7 +146,7 @@ def main(argv=None) -> int:
         return 2
     corpus_dir = args.corpus_dir or ROOT / "data" / "corpora" / args.corpus
     if not (corpus_dir / "tokens.csv").exists():
-        print(f"error: no corpus at {corpus_dir} (dvc repro prepare@{args.corpus}, or --corpus-dir)", file=sys.stderr)
+        print(f"error: no corpus at {corpus_dir} (signclust prepare {args.corpus}, or --corpus-dir)", file=sys.stderr)
         return 2
     work = args.workdir or Path(tempfile.mkdtemp(prefix="signclust-scaleout-"))
     work.mkdir(parents=True, exist_ok=True)

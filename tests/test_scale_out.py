@@ -50,4 +50,4 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [f"error: no corpus at {tmp_path / 'nope'} "
-                                               "(dvc repro prepare@nope, or --corpus-dir)"]
+                                               "(signclust prepare nope, or --corpus-dir)"]
