@@ -416,6 +416,35 @@ def test_inventory_without_gold_labels(tmp_path):
     assert png_path.exists()
 
 
+def test_inventory_of_a_partly_labelled_corpus_counts_the_labelled_tokens(tmp_path):
+    # an epigrapher's known signs: labels on some tokens, "" on the rest (what the importer keeps)
+    rng = np.random.default_rng(1)
+    signs = list("aaaaaa" + "bbbccc" + "aaaa")
+    known = [s if i not in (0, 12, 13, 14, 15) else "" for i, s in enumerate(signs)]   # type 2: no label at all
+    found = np.array([0] * 6 + [1] * 6 + [2] * 4)
+    corpus = Corpus.from_arrays(np.stack([glyph(s, rng) for s in signs]), labels=known,
+                                text_ids=[i // 2 for i in range(16)])
+    assert not corpus.has_labels
+    html_path, png_path = inventory.write_inventory(corpus, found, tmp_path, {"method": "m", "corpus": "part", "seed": 0},
+                                                    inventory.DEFAULTS)
+    page = html_path.read_text()
+    data = _inventory_data(page)
+    assert data["gold"] and data["partial"]
+    by_id = {t["id"]: t for t in data["types"]}
+    assert by_id[0]["majority"] == "a" and by_id[0]["purity"] == 1.0 and by_id[0]["comp"] == [["a", 5]]
+    assert by_id[1]["purity"] == 0.5 and by_id[2]["majority"] is None and by_id[2]["purity"] is None
+    assert data["tokens"]["gold"].count(-1) == 5 and data["labels"] == ["a", "b", "c"]
+    splits = page.split('id="splits"')[1].split('id="merges"')[0]
+    assert 'data-search="a"' not in splits          # a's other tokens, in type 2, carry no label
+    merges = page.split('id="merges"')[1].split('id="detail"')[0]
+    assert 'href="#t1"' in merges and 'href="#t0"' not in merges
+    assert "Only 11 of 16 tokens carry a gold label" in page and "11 of 16" in page
+    from sklearn.metrics import v_measure_score     # their K found / K true and V-measure: 5 a | 3 b + 3 c
+    v = v_measure_score(list("aaaaabbbccc"), [0] * 5 + [1] * 6)
+    assert "<b>2 / 3</b><span>their K found / K true</span>" in page and f"<b>{v:.3f}</b>" in page
+    assert png_path.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_sheet_labels_drop_the_words_every_label_shares_and_keep_the_end():
     greek = ["GREEK SMALL LETTER ALPHA", "GREEK CAPITAL LETTER ALPHA", "GREEK SMALL LETTER FINAL SIGMA"]
     assert inventory.short_labels(greek) == {"GREEK SMALL LETTER ALPHA": "SMALL ALPHA",

@@ -162,7 +162,8 @@ def test_an_import_with_some_labels_says_the_stages_will_read_it_as_unlabelled(g
     partly = write_manifest(tmp_path / "p.csv", [("t", "0", "a.png", "A", ""), ("t", "1", "b.png", "", "")])
     run_import(partly, folder, tmp_path / "p")
     out = capsys.readouterr().out
-    assert "note: 1 of 2 tokens have no label; the stages read a corpus as labelled only when every token is" in out
+    assert ("note: 1 of 2 tokens have no label; the stages read a corpus as labelled only when every token is "
+            "(evaluate refuses it; the inventory counts the labelled tokens alone)") in out
     run_import(manifest, folder, tmp_path / "none")                  # no label at all: nothing to note
     assert "note:" not in capsys.readouterr().out
 

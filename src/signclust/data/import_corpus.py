@@ -291,7 +291,7 @@ def main(argv=None):
     unlabelled = int((corpus.tokens["label"].astype(str) == "").sum())
     if 0 < unlabelled < c["tokens"]:
         print(f"note: {unlabelled} of {c['tokens']} tokens have no label; the stages read a corpus as labelled only "
-              "when every token is (evaluate refuses it, the inventory shows no majority sign or purity)")
+              "when every token is (evaluate refuses it; the inventory counts the labelled tokens alone)")
     root = REPO_ROOT.resolve()
     if before is not None and before != content_digest(out) and out.resolve() == root / "data" / "corpora" / out.name:
         stale = derived_outputs(root, out.name)

@@ -6,7 +6,8 @@ For each found type: an exemplar (the medoid of its members by mean L1), its tok
 strip of members drawn from as many hands as possible; with gold labels also its majority sign,
 its purity (a bar: green at or above ``impure_below``, amber below, red below 0.5) and the other
 signs it holds, plus the gold signs split over several found types and the found types that merge
-several gold signs.
+several gold signs. A partly labelled corpus (an epigrapher's known signs, the rest blank) shows the
+same, counted over its labelled tokens only; a type with no labelled token shows none.
 
 Writes reports/inventory/<method>_<corpus>.html, one self-contained interactive page (inline
 data, CSS and script, no network; see reports/inventory_assets.py): sort by size, purity or gold
@@ -58,9 +59,10 @@ class FoundType:
     members: np.ndarray                      # token ids
     exemplar: int                            # token id of the medoid
     strip: list[int]                         # token ids shown, diverse over hands
-    majority: str | None = None              # majority gold sign
-    purity: float | None = None
+    majority: str | None = None              # majority gold sign (of its labelled members)
+    purity: float | None = None              # the majority's share of its labelled members
     composition: list[tuple[str, int]] = field(default_factory=list)  # gold signs, most frequent first
+    labelled: int = 0                        # members with a gold label
 
     @property
     def size(self) -> int:
@@ -99,31 +101,40 @@ def hand_groups(corpus: Corpus) -> np.ndarray:
     return np.where(hand != "", hand, "text:" + text)
 
 
+def gold_labels(corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
+    """(each token's gold label, "" where it has none; which tokens have one)."""
+    gold = corpus.tokens["label"].astype(str).to_numpy()
+    return gold, gold != ""
+
+
 def build_types(corpus: Corpus, labels: np.ndarray, cfg: dict, seed: int = 0) -> list[FoundType]:
     rng = np.random.default_rng(seed)
     images = corpus.token_images()
     groups = hand_groups(corpus)
-    gold = corpus.tokens["label"].astype(str).to_numpy() if corpus.has_labels else None
+    gold, labelled = gold_labels(corpus)
+    gold = gold if labelled.any() else None
     ids, counts = np.unique(labels, return_counts=True)
     types = []
     for type_id in ids[np.lexsort((ids, -counts))]:          # largest first, ties by id
         members = np.flatnonzero(labels == type_id)
         ex = medoid(images, members, int(cfg["medoid_sample"]), rng)
         t = FoundType(int(type_id), members, ex, diverse_pick(members, groups, int(cfg["strip"]), rng, ex))
-        if gold is not None:
-            signs, n = np.unique(gold[members], return_counts=True)
+        known = members[labelled[members]] if gold is not None else members[:0]
+        if len(known):
+            signs, n = np.unique(gold[known], return_counts=True)
             order = np.lexsort((signs, -n))
             t.composition = [(str(signs[i]), int(n[i])) for i in order]
-            t.majority, t.purity = t.composition[0][0], t.composition[0][1] / t.size
+            t.labelled = len(known)
+            t.majority, t.purity = t.composition[0][0], t.composition[0][1] / t.labelled
         types.append(t)
     return types
 
 
 def splits(corpus: Corpus, labels: np.ndarray, min_share: float) -> list[dict]:
     """Gold signs with >= 2 found types each holding >= min_share of the sign's tokens."""
-    gold = corpus.tokens["label"].astype(str).to_numpy()
+    gold, labelled = gold_labels(corpus)
     out = []
-    for sign in np.unique(gold):
+    for sign in np.unique(gold[labelled]):
         found, n = np.unique(labels[gold == sign], return_counts=True)
         keep = n >= min_share * n.sum()
         if keep.sum() >= 2:
@@ -135,13 +146,13 @@ def splits(corpus: Corpus, labels: np.ndarray, min_share: float) -> list[dict]:
 
 
 def merges(types: list[FoundType], min_share: float) -> list[dict]:
-    """Found types with >= 2 gold signs each holding >= min_share of the type's tokens."""
+    """Found types with >= 2 gold signs each holding >= min_share of the type's labelled tokens."""
     out = []
     for t in types:
-        big = [(sign, n) for sign, n in t.composition if n >= min_share * t.size]
+        big = [(sign, n) for sign, n in t.composition if n >= min_share * t.labelled]
         if len(big) >= 2:
-            out.append({"type": t.type_id, "tokens": t.size, "signs": big,
-                        "elsewhere": t.size - sum(n for _, n in big)})
+            out.append({"type": t.type_id, "tokens": t.labelled, "signs": big,
+                        "elsewhere": t.labelled - sum(n for _, n in big)})
     return out
 
 
@@ -222,6 +233,15 @@ def summary_items(corpus: Corpus, labels: np.ndarray, types: list[FoundType], na
         items += [("K found / K true", f"{s['k_found']} / {s['k_true']}"), ("V-measure", f"{s['v_measure']:.3f}"),
                   ("purity", f"{s['purity']:.3f}"), ("ACC", f"{s['acc']:.3f}"),
                   (f"types below purity {cfg['impure_below']:.2f}", f"{n_impure} of {len(types)}")]
+    elif (labelled := gold_labels(corpus)[1]).any():     # scored on the labelled tokens alone
+        gold = corpus.tokens["label"].astype(str).to_numpy()[labelled]
+        s = score(np.unique(gold, return_inverse=True)[1], labels[labelled])
+        scored = [t for t in types if t.labelled]
+        n_impure = sum(t.purity < cfg["impure_below"] for t in scored)
+        items += [("K found", len(types)), ("labelled tokens", f"{int(labelled.sum())} of {corpus.n_tokens}"),
+                  ("their K found / K true", f"{s['k_found']} / {s['k_true']}"),
+                  ("their V-measure", f"{s['v_measure']:.3f}"), ("their purity", f"{s['purity']:.3f}"),
+                  (f"types below purity {cfg['impure_below']:.2f}", f"{n_impure} of {len(scored)} with a label")]
     else:
         items += [("K found", len(types)), ("gold labels", "none")]
     return items
@@ -237,7 +257,8 @@ def page_data(corpus: Corpus, labels: np.ndarray, types: list[FoundType], cfg: d
     image (an index into the deduplicated images: tokens sharing an image share one PNG), text id,
     position, gold sign and hand, columnar to keep the file small."""
     tok = corpus.tokens
-    gold = corpus.has_labels
+    gold_str, labelled = gold_labels(corpus)
+    gold = bool(labelled.any())
     used, image_of_token = np.unique(corpus.image_index(), return_inverse=True)   # only images in use
     texts, text_code = _codes(tok["text_id"].astype(str))
     hands_raw = tok["hand"].astype(str).to_numpy()
@@ -245,11 +266,14 @@ def page_data(corpus: Corpus, labels: np.ndarray, types: list[FoundType], cfg: d
     hand_code = [c if h != "" else -1 for c, h in zip(hand_code, hands_raw)]
     tokens = {"img": image_of_token.astype(int).tolist(), "text": text_code,
               "pos": tok["position"].astype(int).tolist(), "hand": hand_code}
-    data = {"gold": gold, "impure_below": float(cfg["impure_below"]), "strip": int(cfg["strip"]),
+    data = {"gold": gold, "partial": gold and not labelled.all(), "impure_below": float(cfg["impure_below"]), "strip": int(cfg["strip"]),
             "texts": texts, "hands": hands, "labels": [], "tokens": tokens,
             "images": [png_b64(corpus.images[i]) for i in used]}
-    if gold:
-        data["labels"], tokens["gold"] = _codes(tok["label"].astype(str))
+    if gold:                       # code -1: no label
+        data["labels"], codes = _codes(gold_str[labelled])
+        tokens["gold"] = np.full(len(gold_str), -1, dtype=int)
+        tokens["gold"][labelled] = codes
+        tokens["gold"] = tokens["gold"].tolist()
     data["types"] = [{"id": t.type_id, "size": t.size, "exemplar": int(t.exemplar),
                       "strip": [int(k) for k in t.strip], "members": t.members.astype(int).tolist(),
                       "majority": t.majority, "purity": None if t.purity is None else round(float(t.purity), 4),
@@ -263,7 +287,8 @@ def render_html(corpus: Corpus, labels: np.ndarray, types: list[FoundType], name
     import json
 
     from signclust.reports.inventory_assets import CSS, JS
-    gold = corpus.has_labels
+    labelled = gold_labels(corpus)[1]
+    gold, partial = bool(labelled.any()), not labelled.all()
     title = f"Sign inventory: {names['corpus']} by {names['method']}"
     summary = "".join(f"<div><b>{_esc(v)}</b><span>{_esc(k)}</span></div>"
                       for k, v in summary_items(corpus, labels, types, names, cfg))
@@ -271,7 +296,7 @@ def render_html(corpus: Corpus, labels: np.ndarray, types: list[FoundType], name
         [f"members (up to {cfg['strip']}, across hands)"]
     payload = json.dumps(page_data(corpus, labels, types, cfg), ensure_ascii=False, separators=(",", ":"))
     payload = payload.replace("</", "<\\/")         # never close the script element early
-    example = types[0].majority if gold and types else ""
+    example = next((t.majority for t in types if t.majority is not None), "")
     sorts = [("size", "size, largest first"), ("size_asc", "size, smallest first")]
     if gold:
         sorts += [("purity", "purity, lowest first"), ("purity_desc", "purity, highest first"),
@@ -298,7 +323,10 @@ def render_html(corpus: Corpus, labels: np.ndarray, types: list[FoundType], name
         + (" Purity: share of the majority gold sign, drawn as a bar; below "
            f"{cfg['impure_below']:.2f} it is marked <span class=\"tag mid\">impure</span>, below 0.50 "
            "<span class=\"tag low\">mixed</span>. Splits and merges count a sign or type holding at least "
-           f"{cfg['min_share']:.0%} of the tokens." if gold else "") + "</p>",
+           f"{cfg['min_share']:.0%} of the tokens." if gold else "")
+        + (f" Only {int(labelled.sum())} of {corpus.n_tokens} tokens carry a gold label: majority, purity and "
+           "the split and merge lists count those alone, and a type with none of them shows –."
+           if gold and partial else "") + "</p>",
         '<nav><a href="#types">types</a>' + ('<a href="#splits">split signs</a><a href="#merges">merged types</a>'
                                              if gold else "") + "</nav></header>",
         "<noscript><p><b>This inventory is drawn by its inline script; enable JavaScript, or see the PNG sheet "
@@ -357,7 +385,8 @@ def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], nam
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    gold = corpus.has_labels
+    labelled = gold_labels(corpus)[1]
+    gold = bool(labelled.any())
     shown = types[:int(cfg["sheet_rows"])]
     images = corpus.token_images()
     mosaic = sheet_mosaic(images, shown, cfg, gold)
@@ -370,22 +399,27 @@ def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], nam
     ax.axis("off")
     from matplotlib.patches import Rectangle
     bar_w = 60
-    short = short_labels(corpus.tokens["label"]) if gold else {}
+    short = short_labels(corpus.tokens["label"].astype(str)[labelled]) if gold else {}
     for row, t in enumerate(shown):
         line = f"#{row + 1}  type {t.type_id}  n={t.size}"
         if gold:
-            line += f"\n{short[t.majority]}  purity {t.purity:.2f}"
+            line += (f"\n{short[t.majority]}  purity {t.purity:.2f}" if t.majority is not None else "\nno labelled token")
         ax.text(-10 - (bar_w + 8 if gold else 0), row * cell + cell / 2, line, ha="right", va="center", fontsize=8,
                 color="#1d232b")
-        if gold:       # a purity bar, coloured by level, instead of painting impure rows red
+        if t.purity is not None:       # a purity bar, coloured by level, instead of painting impure rows red
             y0 = row * cell + cell / 2 - 3
             ax.add_patch(Rectangle((-10 - bar_w, y0), bar_w, 6, facecolor="#e4dfd3", edgecolor="none", clip_on=False))
             ax.add_patch(Rectangle((-10 - bar_w, y0), bar_w * t.purity, 6, clip_on=False, edgecolor="none",
                                    facecolor=LEVELS[purity_level(t.purity, cfg["impure_below"])]))
     head = f"Sign inventory: {names['corpus']} by {names['method']} (seed {names['seed']})"
-    if gold:
+    if corpus.has_labels:
         s = score(corpus.labels(), labels)
         head += f" — K found {s['k_found']} vs K true {s['k_true']}, V-measure {s['v_measure']:.3f}"
+    elif gold:
+        gold_codes = np.unique(corpus.tokens["label"].astype(str).to_numpy()[labelled], return_inverse=True)[1]
+        s = score(gold_codes, np.asarray(labels)[labelled])
+        head += (f" — K found {len(types)}; on its {int(labelled.sum())} labelled tokens V-measure {s['v_measure']:.3f}"
+                 f" ({s['k_true']} signs)")
     sub = (f"largest {len(shown)} of {len(types)} found types shown" if len(shown) < len(types)
            else f"all {len(types)} found types")
     hands = (corpus.tokens["hand"].astype(str) != "").any()

@@ -118,7 +118,7 @@ JS = r"""
     const hit = query && t.comp.some(c => matches(c[0], query));
     let cells = '<td class="num">' + rank + '</td><td><button class="tlink" data-type="' + t.id + '">type ' + t.id +
                 "</button></td><td>" + img(t.exemplar, "ex") + '</td><td class="num">' + t.size + "</td>";
-    if (D.gold) cells += '<td class="sign">' + esc(t.majority) + "</td><td>" + purityCell(t) +
+    if (D.gold) cells += '<td class="sign">' + esc(t.majority ?? "–") + "</td><td>" + purityCell(t) +
                          '</td><td class="comp">' + also + "</td>";
     cells += '<td class="strip">' + strip + more + "</td>";
     return '<tr class="type' + (hit ? " match" : "") + '" id="t' + t.id + '" data-type="' + t.id + '">' + cells + "</tr>";
@@ -161,25 +161,26 @@ JS = r"""
     const panel = document.getElementById("detail");
     const groups = new Map();
     for (const k of t.members) {
-      const key = D.gold ? label(k) : "members";
+      const key = D.gold ? (label(k) ?? "") : "members";     // "": a member with no label
       if (!groups.has(key)) groups.set(key, []);
       groups.get(key).push(k);
     }
-    const keys = D.gold ? t.comp.map(c => c[0]) : Array.from(groups.keys());
+    const keys = D.gold ? t.comp.map(c => c[0]).concat(groups.has("") ? [""] : []) : Array.from(groups.keys());
     const chips = D.gold ? '<div class="chips">' + ['<button data-sign="">all ' + t.size + "</button>"].concat(
       t.comp.map(c => '<button data-sign="' + esc(c[0]) + '">' + esc(c[0]) + " " + c[1] + "</button>")).join("") + "</div>" : "";
     let body = chips;
     for (const key of keys) {
       if (sign && key !== sign) continue;
       const ks = groups.get(key) || [];
-      body += "<h4>" + (D.gold ? 'gold <span class="sign">' + esc(key) + "</span>" : esc(key)) + " — " + ks.length +
+      body += "<h4>" + (D.gold ? (key === "" ? "no label" : 'gold <span class="sign">' + esc(key) + "</span>") : esc(key)) +
+              " — " + ks.length +
               ' token(s)</h4><div class="members">' + ks.map(k =>
                 '<figure class="member">' + img(k, "") + "<figcaption><b>" + esc(D.texts[T.text[k]]) + "</b> · pos " +
                 T.pos[k] + (hand(k) ? "<br>" + esc(hand(k)) : "") + "</figcaption></figure>").join("") + "</div>";
     }
     panel.querySelector("h3").textContent = "type " + t.id;
     panel.querySelector(".facts").innerHTML = t.size + " tokens" + (D.gold ? " · majority <span class=\"sign\">" +
-      esc(t.majority) + "</span> · purity " + purityCell(t) : "") + " · exemplar " + img(t.exemplar, "ex");
+      esc(t.majority ?? "–") + "</span> · purity " + purityCell(t) : "") + " · exemplar " + img(t.exemplar, "ex");
     panel.querySelector(".body").innerHTML = body;
     panel.querySelectorAll(".chips button").forEach(b => {
       if ((b.dataset.sign || "") === (sign || "")) b.classList.add("on");
