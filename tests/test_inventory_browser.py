@@ -86,3 +86,27 @@ def test_inventory_in_chromium_renders_sorts_searches_and_opens_members(tiny_cor
         b.click("#merges a.t")
         b.wait("document.getElementById('detail').classList.contains('open')")
         assert b.eval("document.querySelector('#detail h3').textContent") == "type 2"
+
+
+@needs_browser
+def test_a_partly_labelled_inventory_in_chromium_shows_dashes_and_unlabelled_members(tiny_corpus, tmp_path):
+    # the labels of sign 1 and of half of sign 0's tokens are blank, as an epigrapher's partial sign list
+    corpus = tiny_corpus(n_types=4, per_type=6, n_texts=3)
+    gold = corpus.labels()
+    blank = (gold == 1) | np.isin(np.arange(len(gold)), np.flatnonzero(gold == 0)[:3])
+    corpus.tokens.loc[blank, "label"] = ""
+    html_path, _ = inventory.write_inventory(corpus, gold, tmp_path, {"method": "m", "corpus": "part", "seed": 0},
+                                             inventory.DEFAULTS)
+    with Browser(BROWSER) as b:
+        b.open(html_path.as_uri())
+        b.wait("document.querySelectorAll('#types tbody tr.type').length > 0")
+        signs = b.eval("Object.fromEntries([...document.querySelectorAll('#types tbody tr.type')]"
+                       ".map(r => [r.dataset.type, r.querySelector('td.sign').textContent]))")
+        assert signs["1"] == "–" and signs["0"] == corpus.tokens["label"][np.flatnonzero(gold == 0)[3]]
+        # type 0's panel: its 3 labelled members under their sign, the other 3 under "no label"
+        b.click("#types tbody tr.type[data-type='0'] button.tlink")
+        b.wait("document.getElementById('detail').classList.contains('open')")
+        heads = b.eval("[...document.querySelectorAll('#detail h4')].map(h => h.textContent)")
+        assert len(heads) == 2 and heads[1] == "no label — 3 token(s)" and heads[0].endswith("— 3 token(s)")
+        assert b.eval("document.querySelectorAll('#detail figure.member').length") == 6
+        assert "null" not in b.eval("document.body.innerText")
