@@ -152,9 +152,10 @@ def bar_chart(docs: list[dict], order: list[str], path: Path) -> None:
 
 
 def build(metrics_dir: Path, out_md: Path, out_png: Path | None, preferred: list | None,
-          corpora: list | None = None, timings_dir: Path | None = None) -> str:
+          corpora: list | None = None, timings_dir: Path | None = None,
+          source: str = "python -m signclust.reports.table") -> str:
     docs = load_metrics(metrics_dir, corpora, timings_dir)
-    text = render_markdown(docs, preferred)
+    text = render_markdown(docs, preferred, source)
     atomic_write_text(out_md, text)
     if out_png is not None:
         bar_chart(docs, method_order({d["method"] for d in docs}, preferred), out_png)
@@ -174,8 +175,9 @@ def main(argv=None):
     reports = REPO_ROOT / "reports"
     out = Path(args.out or reports / "comparison.md")
     figure = Path(args.figure or reports / "figures" / "comparison.png")
+    source = "python -m signclust.reports.table" + (f" --corpora {' '.join(args.corpora)}" if args.corpora else "")
     build(Path(args.metrics_dir or reports / "metrics"), out, figure, report.get("methods"),
-          args.corpora or report.get("corpora"), reports / "timings")
+          args.corpora or report.get("corpora"), reports / "timings", source)
     print(f"comparison -> {out}, {figure}")
 
 
