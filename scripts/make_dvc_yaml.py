@@ -73,7 +73,7 @@ def build(params: dict) -> tuple[dict, dict]:
     """(the main job's dvc.yaml, full/dvc.yaml): the main job is every row on ``report.main_corpora``, the
     rest every other stage; one graph, so a full stage's inputs made by the main job are shared, not copied."""
     builtin = [c for c in params["report"]["corpora"]]
-    main = [c for c in params["report"]["main_corpora"]]
+    main = list(params["report"]["main_corpora"])
     unknown = [c for c in main if c not in builtin]
     if unknown:
         sys.exit(f"error: report.main_corpora {unknown} not in report.corpora {builtin}")
@@ -144,13 +144,11 @@ def build(params: dict) -> tuple[dict, dict]:
     for group, (runs, files, dist, models_key, _) in GROUPS.items():
         m[f"train_{group}"] = train(runs, files, dist, models_key, main)
     m["evaluate"] = evaluate(main)
-    if [c for c in shown if c in main]:
-        m["inventory"] = inventory([c for c in shown if c in main])
-    name = "_".join(main)
-    m["report_main"] = table(main, f"reports/comparison_{name}.md", f"reports/figures/comparison_{name}.png",
-                             ["report.methods", "report.main_corpora"],
-                             f" --corpora {' '.join(main)} --out reports/comparison_{name}.md"
-                             f" --figure reports/figures/comparison_{name}.png")
+    if shown_main := [c for c in shown if c in main]:
+        m["inventory"] = inventory(shown_main)
+    md, png = f"reports/comparison_{'_'.join(main)}.md", f"reports/figures/comparison_{'_'.join(main)}.png"
+    m["report_main"] = table(main, md, png, ["report.methods", "report.main_corpora"],
+                             f" --corpora {' '.join(main)} --out {md} --figure {png}")
 
     # -- everything else: full/dvc.yaml ----------------------------------------------------------------
     if rest:

@@ -107,6 +107,15 @@ def gold_labels(corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
     return gold, gold != ""
 
 
+def labelled_score(corpus: Corpus, labels: np.ndarray) -> dict | None:
+    """``score`` of the tokens that carry a gold label (all of them on a labelled corpus); None when
+    none does."""
+    gold, labelled = gold_labels(corpus)
+    if not labelled.any():
+        return None
+    return score(np.unique(gold[labelled], return_inverse=True)[1], np.asarray(labels)[labelled])
+
+
 def build_types(corpus: Corpus, labels: np.ndarray, cfg: dict, seed: int = 0) -> list[FoundType]:
     rng = np.random.default_rng(seed)
     images = corpus.token_images()
@@ -227,15 +236,14 @@ def merge_table(items: list[dict]) -> str:
 def summary_items(corpus: Corpus, labels: np.ndarray, types: list[FoundType], names: dict, cfg: dict):
     items = [("corpus", names["corpus"]), ("method", names["method"]), ("seed", names["seed"]),
              ("tokens", corpus.n_tokens)]
+    s = labelled_score(corpus, labels)
     if corpus.has_labels:
-        s = score(corpus.labels(), labels)
         n_impure = sum(t.purity < cfg["impure_below"] for t in types)
         items += [("K found / K true", f"{s['k_found']} / {s['k_true']}"), ("V-measure", f"{s['v_measure']:.3f}"),
                   ("purity", f"{s['purity']:.3f}"), ("ACC", f"{s['acc']:.3f}"),
                   (f"types below purity {cfg['impure_below']:.2f}", f"{n_impure} of {len(types)}")]
-    elif (labelled := gold_labels(corpus)[1]).any():     # scored on the labelled tokens alone
-        gold = corpus.tokens["label"].astype(str).to_numpy()[labelled]
-        s = score(np.unique(gold, return_inverse=True)[1], labels[labelled])
+    elif s is not None:                                   # scored on the labelled tokens alone
+        labelled = gold_labels(corpus)[1]
         scored = [t for t in types if t.labelled]
         n_impure = sum(t.purity < cfg["impure_below"] for t in scored)
         items += [("K found", len(types)), ("labelled tokens", f"{int(labelled.sum())} of {corpus.n_tokens}"),
@@ -412,12 +420,10 @@ def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], nam
             ax.add_patch(Rectangle((-10 - bar_w, y0), bar_w * t.purity, 6, clip_on=False, edgecolor="none",
                                    facecolor=LEVELS[purity_level(t.purity, cfg["impure_below"])]))
     head = f"Sign inventory: {names['corpus']} by {names['method']} (seed {names['seed']})"
+    s = labelled_score(corpus, labels)
     if corpus.has_labels:
-        s = score(corpus.labels(), labels)
         head += f" — K found {s['k_found']} vs K true {s['k_true']}, V-measure {s['v_measure']:.3f}"
-    elif gold:
-        gold_codes = np.unique(corpus.tokens["label"].astype(str).to_numpy()[labelled], return_inverse=True)[1]
-        s = score(gold_codes, np.asarray(labels)[labelled])
+    elif s is not None:
         head += (f" — K found {len(types)}; on its {int(labelled.sum())} labelled tokens V-measure {s['v_measure']:.3f}"
                  f" ({s['k_true']} signs)")
     sub = (f"largest {len(shown)} of {len(types)} found types shown" if len(shown) < len(types)
