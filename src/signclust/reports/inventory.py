@@ -393,7 +393,7 @@ def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], nam
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labelled = gold_labels(corpus)[1]
+    gold_str, labelled = gold_labels(corpus)
     gold = bool(labelled.any())
     shown = types[:int(cfg["sheet_rows"])]
     images = corpus.token_images()
@@ -407,7 +407,7 @@ def render_sheet(corpus: Corpus, labels: np.ndarray, types: list[FoundType], nam
     ax.axis("off")
     from matplotlib.patches import Rectangle
     bar_w = 60
-    short = short_labels(corpus.tokens["label"].astype(str)[labelled]) if gold else {}
+    short = short_labels(gold_str[labelled]) if gold else {}
     for row, t in enumerate(shown):
         line = f"#{row + 1}  type {t.type_id}  n={t.size}"
         if gold:
