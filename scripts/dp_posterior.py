@@ -4,6 +4,7 @@
     .venv/bin/python scripts/dp_posterior.py --method dpgmm   # -> reports/dpgmm_posterior.md
     .venv/bin/python scripts/dp_posterior.py --datasets mnist_test fashion_test --preset paper_umap \
         --subset 10000                    # -> reports/deepdpm_posterior_paper_umap_10000.md
+    .venv/bin/python scripts/dp_posterior.py --features encoder   # -> reports/deepdpm_posterior_encoder.md
 
 Both infer K by climbing log p(X, z) of a Dirichlet-process mixture of Gaussians: DeepDPM's
 split/merge moves with full covariances under a Normal-inverse-Wishart prior (deepdpm.dp_log_joint:
@@ -20,6 +21,12 @@ arithmetic mean: the papers' metric). k-means at the true K on the same features
 features separate the classes for a clusterer that is told K: a fit at or above it and far below a
 paper's figure is short of the paper's features, not of its clustering. The labels are used only to
 score: nothing is set from them (the true K only names one k-means row).
+
+``--features encoder`` (corpora only) asks whether better features would give the DP methods K: the
+method's own fit and prior, on the features of the contrastive glyph encoder that ``lm`` trains on a
+noisy corpus (models/visual_encoder.py, lm's default epochs and strength; SimCLR, as the DeepDPM paper
+clusters MoCo / SCAN features where an autoencoder does not separate the classes) instead of PCA of
+the pixels, reduced to the same number of dimensions with the same transform.
 """
 from __future__ import annotations
 
@@ -41,6 +48,9 @@ from signclust.models.base import FitContext, get_clusterer  # noqa: E402
 from signclust.models.baselines._nets import faiss_kmeans  # noqa: E402
 from signclust.models.baselines import dp_moves  # noqa: E402
 from signclust.models.baselines.deepdpm import NIWPrior, dp_log_joint  # noqa: E402
+from signclust.data.glyphs import normalize_glyphs  # noqa: E402
+from signclust.models.lm_clusterer import LMConfig  # noqa: E402
+from signclust.models.visual_encoder import EncoderConfig, train_encoder  # noqa: E402
 from signclust.models.train import run_config  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
 from signclust.reports.paper_check import check_data, check_params, check_setting, with_preset  # noqa: E402
@@ -67,6 +77,43 @@ METHODS = {"deepdpm": ("PCA-10 of the pixels, one global scale", deepdpm_log_p),
            "dpgmm": ("PCA-20 of the pixels", dpgmm_log_p)}
 
 
+def is_corpus(dataset: str) -> bool:
+    return dataset in CORPORA or (REPO / "data" / "corpora" / dataset / "meta.json").is_file()
+
+
+def encoder_features(corpus: Corpus, seed: int) -> np.ndarray:
+    """(n_tokens, dim) float64: the contrastive glyph encoder's features of each token, trained as
+    ``lm`` trains it on a noisy corpus before its pair rounds (LMConfig's epochs and strength)."""
+    cfg = LMConfig()
+    ecfg = EncoderConfig(cfg.encoder_epochs, cfg.encoder_strength, precision=cfg.encoder_precision)
+    feats = train_encoder(normalize_glyphs(np.asarray(corpus.images)), ecfg, seed, "auto", cache=False)
+    return feats[corpus.image_index()].astype(np.float64)
+
+
+def reduced(f: np.ndarray, dim: int, seed: int) -> np.ndarray:
+    from sklearn.decomposition import PCA
+    return PCA(n_components=int(min(dim, *f.shape)), random_state=seed).fit_transform(f)
+
+
+def on_encoder_features(clusterer, method: str, f: np.ndarray) -> None:
+    """Make ``clusterer`` (its own fit, prior and inference) cluster ``f`` instead of its own features:
+    PCA to its number of dimensions, then its own transform."""
+    p = clusterer.params
+    if method == "dpgmm":
+        if p["features"] != "pixels":
+            raise UserError(f"dp_posterior: --features encoder replaces dpgmm's pixel features, not {p['features']!r}")
+        x = reduced(f, p["pca_dim"], 0).astype(np.float32)
+        clusterer.features = lambda corpus, seed, ctx=None: x
+        return
+    if p["features"] != "pca" or p["umap_dim"] or p["transform"] not in ("none", "scale"):
+        raise UserError("dp_posterior: --features encoder replaces deepdpm's PCA codes with transform none or "
+                        f"scale, not features {p['features']!r}, umap_dim {p['umap_dim']}, transform {p['transform']!r}")
+    z = reduced(f, p["feat_dim"], 0)
+    if p["transform"] == "scale":                 # as DeepDPM.codes: one global scale
+        z = (z - z.mean(axis=0)) / (z.std() + 1e-12)
+    clusterer.codes = lambda corpus, ctx, *args, **kwargs: z
+
+
 def paper_check_entry(params: dict, method: str, dataset: str, preset: str | None = None,
                       subset: int | None = None) -> dict:
     """The committed paper check of ``method`` on ``dataset``, as the stage runs it (full scale), or
@@ -74,7 +121,7 @@ def paper_check_entry(params: dict, method: str, dataset: str, preset: str | Non
     check = next((c for c in params["paper_check"]["checks"] if c["method"] == method and c["dataset"] == dataset),
                  None)
     if check is None:
-        raise UserError(f"dp_posterior: {dataset} is neither a corpus ({', '.join(CORPORA)}) nor a data set "
+        raise UserError(f"dp_posterior: {dataset} is neither a corpus of data/corpora nor a data set "
                         f"the paper check fits {method} on")
     check = check_setting(check, params, "full")
     return check if preset is None else with_preset(check, preset, subset)
@@ -84,14 +131,14 @@ def method_config(params: dict, method: str, dataset: str, preset: str | None = 
                   subset: int | None = None) -> tuple[dict, str]:
     """The settings the pipeline fits ``method`` with on ``dataset`` (the train stage's on a corpus,
     the paper check's on a benchmark set, or its ``preset`` on ``subset`` images), and their description."""
-    if dataset in CORPORA:
+    if is_corpus(dataset):
         return run_config(method, params)[1], f"the train stage's (class defaults: {METHODS[method][0]})"
     check = paper_check_entry(params, method, dataset, preset, subset)
     return check_params(check, params), f"paper_check's ({check['setting']})"
 
 
 def load(dataset: str, params: dict, method: str, preset: str | None = None, subset: int | None = None) -> Corpus:
-    if dataset in CORPORA:
+    if is_corpus(dataset):
         return Corpus.load(REPO / "data" / "corpora" / dataset)
     return check_data(paper_check_entry(params, method, dataset, preset, subset))
 
@@ -126,19 +173,28 @@ def main(argv=None) -> int:
                     help="benchmark sets only: fit with this named parameter set of the method (e.g. paper_umap)")
     ap.add_argument("--subset", type=int, default=None,
                     help="with --preset: this many images of each benchmark set (0: all; default: the check's)")
-    ap.add_argument("--out", default=None, help="default: reports/<method>_posterior[_<preset>[_<subset>]].md")
+    ap.add_argument("--features", choices=("own", "encoder"), default="own",
+                    help="corpora only: the method's own features, or the contrastive glyph encoder's (above)")
+    ap.add_argument("--out", default=None,
+                    help="default: reports/<method>_posterior[_<preset>[_<subset>]][_encoder].md")
     args = ap.parse_args(argv)
     if args.subset is not None and args.preset is None:
         raise UserError("dp_posterior: --subset goes with --preset")
+    if args.features == "encoder" and args.preset is not None:
+        raise UserError("dp_posterior: --features encoder is for the corpora, --preset for the benchmark sets")
     tag = "".join(f"_{p}" for p in (args.preset, args.subset) if p is not None)
+    tag += "_encoder" if args.features == "encoder" else ""
     out = args.out or str(REPO / "reports" / f"{args.method}_posterior{tag}.md")
     params = load_params(REPO / "params.yaml")
-    datasets = args.datasets or default_datasets(params, args.method)
-    if args.preset is not None and any(d in CORPORA for d in datasets):
+    datasets = args.datasets or (CORPORA if args.features == "encoder" else default_datasets(params, args.method))
+    if args.preset is not None and any(is_corpus(d) for d in datasets):
         raise UserError(f"dp_posterior: --preset is for the benchmark sets, not the corpora "
-                        f"({', '.join(d for d in datasets if d in CORPORA)}); name them with --datasets")
+                        f"({', '.join(d for d in datasets if is_corpus(d))}); name them with --datasets")
+    if args.features == "encoder" and not all(is_corpus(d) for d in datasets):
+        raise UserError(f"dp_posterior: --features encoder is for the corpora, not "
+                        f"{', '.join(d for d in datasets if not is_corpus(d))}")
     for dataset in datasets:                 # an unknown data set or preset: one error before any fit
-        if dataset not in CORPORA:
+        if not is_corpus(dataset):
             method_config(params, args.method, dataset, args.preset, args.subset)
     model = {"deepdpm": "each cluster's NIW marginal likelihood (full covariances), on the codes DeepDPM "
                         "clustered and with its own prior (`deepdpm.dp_log_joint`; the split/merge moves climb it)",
@@ -149,6 +205,7 @@ def main(argv=None) -> int:
     if args.datasets:
         option += " --datasets " + " ".join(args.datasets)
     option += "".join(f" --{k} {v}" for k, v in (("preset", args.preset), ("subset", args.subset)) if v is not None)
+    option += " --features encoder" if args.features == "encoder" else ""
     lines = [f"# {args.method}: its own posterior on each data set", "",
              f"Generated by `python scripts/dp_posterior.py{option}` (seed "
              f"{args.seed}). log p(X, z) = the CRP probability of the partition (alpha as configured) + "
@@ -165,6 +222,10 @@ def main(argv=None) -> int:
         k_true = corpus.counts()["types"]
         t0 = time.time()
         clusterer = get_clusterer(args.method, **cfg)
+        if args.features == "encoder":
+            on_encoder_features(clusterer, args.method, encoder_features(corpus, args.seed))
+            what += (" on the contrastive glyph encoder's features (PCA to the same dimensions, the same "
+                     "transform), not its own")
         result = clusterer.fit(corpus, FitContext(seed=args.seed, progress=False))
         x = np.asarray(result.embedding, dtype=np.float64)         # the features the fit clustered
         log_p = METHODS[args.method][1](x, clusterer.params)      # every setting, defaults filled in

@@ -44,6 +44,8 @@ def test_default_data_sets_are_the_corpora_then_the_methods_paper_check_sets():
     (["--datasets", "cypriot", "nowhere"], "nowhere is neither a corpus"),
     (["--preset", "paper_umap"], "--preset is for the benchmark sets, not the corpora (cypriot, lineara, latin_hands)"),
     (["--datasets", "mnist_test", "--preset", "nope"], "has no parameter set 'nope'"),
+    (["--features", "encoder", "--datasets", "cypriot", "mnist_test"], "--features encoder is for the corpora, not mnist_test"),
+    (["--features", "encoder", "--preset", "paper"], "--features encoder is for the corpora, --preset for the benchmark sets"),
 ])
 def test_bad_options_are_one_error_line_before_any_fit(argv, message, capsys, tmp_path):
     out = tmp_path / "posterior.md"
@@ -53,3 +55,27 @@ def test_bad_options_are_one_error_line_before_any_fit(argv, message, capsys, tm
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_encoder_features_replace_each_methods_own_reduced_as_its_own():
+    """--features encoder: the row's own fit on other features, reduced to its dimensions and
+    transformed as it transforms its own; a row whose features are not PCA is refused."""
+    from sklearn.decomposition import PCA
+
+    from signclust.errors import UserError
+    from signclust.models.base import get_clusterer
+    f = np.random.default_rng(0).normal(size=(40, 16)) * np.arange(1, 17)
+    deepdpm = get_clusterer("deepdpm", feat_dim=4)                 # the row's transform: one global scale
+    post.on_encoder_features(deepdpm, "deepdpm", f)
+    z = PCA(n_components=4, random_state=0).fit_transform(f)
+    np.testing.assert_allclose(deepdpm.codes(None, None), (z - z.mean(0)) / z.std())
+    assert abs(deepdpm.codes(None, None).std() - 1) < 1e-12
+    dpgmm = get_clusterer("dpgmm", pca_dim=6)
+    post.on_encoder_features(dpgmm, "dpgmm", f)
+    x = dpgmm.features(None, 0)
+    assert x.dtype == np.float32 and x.shape == (40, 6)
+    np.testing.assert_allclose(x, PCA(n_components=6, random_state=0).fit_transform(f), rtol=1e-5, atol=1e-5)
+    with pytest.raises(UserError, match="not features 'ae'"):
+        post.on_encoder_features(get_clusterer("deepdpm", features="ae"), "deepdpm", f)
+    with pytest.raises(UserError, match="not 'ae_umap'"):
+        post.on_encoder_features(get_clusterer("dpgmm", features="ae_umap"), "dpgmm", f)
