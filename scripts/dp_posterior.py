@@ -222,10 +222,11 @@ def main(argv=None) -> int:
         k_true = corpus.counts()["types"]
         t0 = time.time()
         clusterer = get_clusterer(args.method, **cfg)
+        where = ""
         if args.features == "encoder":
             on_encoder_features(clusterer, args.method, encoder_features(corpus, args.seed))
-            what += (" on the contrastive glyph encoder's features (PCA to the same dimensions, the same "
-                     "transform), not its own")
+            where = (", on the contrastive glyph encoder's features (PCA to the same dimensions, the same "
+                     "transform) instead of its own")
         result = clusterer.fit(corpus, FitContext(seed=args.seed, progress=False))
         x = np.asarray(result.embedding, dtype=np.float64)         # the features the fit clustered
         log_p = METHODS[args.method][1](x, clusterer.params)      # every setting, defaults filled in
@@ -238,7 +239,7 @@ def main(argv=None) -> int:
         summary.append(f"| {dataset} | {k_true} | {result.k_found} | {best[0]} ({best[1]}) "
                        f"| {(best[2] - true[2]) / len(x):.2f} | {rows[0][3]:.3f} | {at_k[3]:.3f} |")
         table = [f"## {dataset}", "",
-                 f"{len(x)} tokens, K true {k_true}, D = {x.shape[1]}; {args.method} with {what} settings "
+                 f"{len(x)} tokens, K true {k_true}, D = {x.shape[1]}; {args.method} with {what} settings{where} "
                  f"(fit {time.time() - t0:.0f} s).", "",
                  "| labelling | K | log p(X, z) | gap to best (nats/token) | V |", "|---|---:|---:|---:|---:|"]
         for name, k, lp, v in rows:
