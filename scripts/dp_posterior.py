@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from signclust.config import load_params  # noqa: E402
-from signclust.data.corpus import Corpus  # noqa: E402
+from signclust.data.corpus import Corpus, is_corpus_folder  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
@@ -78,7 +78,7 @@ METHODS = {"deepdpm": ("PCA-10 of the pixels, one global scale", deepdpm_log_p),
 
 
 def is_corpus(dataset: str) -> bool:
-    return dataset in CORPORA or (REPO / "data" / "corpora" / dataset / "meta.json").is_file()
+    return dataset in CORPORA or is_corpus_folder(REPO / "data" / "corpora" / dataset)
 
 
 def encoder_features(corpus: Corpus, seed: int) -> np.ndarray:

@@ -149,8 +149,7 @@ def main(argv=None) -> int:
         rows += corpus_rows(name, row, args.seed, args.sources)
         print(f"{name}: {time.time() - t0:.0f} s", flush=True)
     command = "python scripts/dp_prior_grid.py" + "".join(
-        f" --{k} {' '.join(v)}" for k, v in (("corpora", args.corpora), ("sources", args.sources))
-        if v != {"corpora": list(CORPORA), "sources": ["pixels", "encoder"]}[k])
+        f" --{k} {' '.join(getattr(args, k))}" for k in ("corpora", "sources") if getattr(args, k) != ap.get_default(k))
     text = render(rows, command, args.seed)
     atomic_write_text(Path(args.out), text)
     print(text.split("## Summary")[1].strip())
