@@ -118,6 +118,16 @@ def test_context_ablation_and_rho_targets_from_their_own_files(tmp_path):
     u_cfg = {**cfg, "rho_score": "unsupervised"}
     _, _, rho = suite.side_verdicts(suite.load_side(u_cfg, folder, tmp_path / "studies"), u_cfg)
     assert rho["misses"] == ["a_free (+0.20)"] and rho["measured"].endswith("; controlled context evidence: 1/2, median ρ +0.70")
+    # a rank correlation of exactly the target holds it, though scipy computes it as 0.7999999999999999
+    from scipy.stats import spearmanr
+    exact = float(spearmanr([0.90, 0.95, 0.80, 0.85], [0.86, 0.97, 0.80, 0.88]).statistic)
+    assert exact < 0.8
+    RHO["lm_a_hands_supervised_rho"] = ("a_hands", exact, 0.85, 24)
+    try:
+        _, _, rho = suite.side_verdicts(suite.load_side(cfg, _write(tmp_path / "m4"), tmp_path / "studies"), cfg)
+    finally:
+        RHO["lm_a_hands_supervised_rho"] = ("a_hands", 0.5, 0.85, 24)
+    assert rho["ok"] and rho["measured"].startswith("2/2 studies")
     RHO["lm_a_free_supervised_rho"] = ("a_free", None, 0.2, 24)
     try:
         _, _, rho = suite.side_verdicts(suite.load_side(cfg, _write(tmp_path / "m3"), tmp_path / "studies"), cfg)

@@ -157,8 +157,9 @@ def side_verdicts(side: dict, cfg: dict) -> list[dict]:
 
     def summary(rho: dict) -> tuple[str, str, list[str]]:
         """'k/n' studies at the target, ', median ρ +x.xx' (over the studies that recorded it), the misses"""
+        # rounded: scipy gives a rank correlation of exactly 0.8 (24 trials, sum of d^2 460) as 0.7999999999999999
         low = [f"{corpus} ({r:+.2f})" if r is not None else f"{corpus} (–)" for corpus, r, _ in rho.values()
-               if r is None or r < t["rho"]]
+               if r is None or round(r, 12) < t["rho"]]
         known = [r for _, r, _ in rho.values() if r is not None]
         return f"{len(rho) - len(low)}/{len(rho)}", f", median ρ {np.median(known):+.2f}" if known else "", low
 
