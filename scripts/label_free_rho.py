@@ -136,7 +136,7 @@ def markdown(results: dict, n_symbols: int, target: float) -> str:
     for key, name in (("rho_u", "U"), ("rho_e", "the context evidence"), ("rho_ec", "the controlled context evidence")):
         vals = [s[key] for s in summaries if s[key] is not None]
         lines.append("")
-        lines.append(f"ρ ≥ {target} for {name} on {sum(r >= target for r in vals)} of {len(summaries)} studies"
+        lines.append(f"ρ ≥ {target} for {name} on {sum(round(r, 12) >= target for r in vals)} of {len(summaries)} studies"
                      + (f" (median ρ {np.median(vals):+.2f})." if vals else "."))
     return "\n".join(lines) + "\n"
 
