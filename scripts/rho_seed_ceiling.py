@@ -6,17 +6,16 @@
 The suite's rho target asks the label-free objective (the controlled context evidence) to rank an
 Optuna study's trials like V does, Spearman rho >= 0.8. Each trial is one fit at one seed
 (``tune.fit_seed``), so its V is the configuration's V plus the seed's noise. This script fits every
-complete trial of each study again at another seed and reports how well V at one seed ranks V at
-the other: if V itself reaches rho 0.5 across seeds, no score read from one fit can be expected to
-reach 0.8 against it. It also gives the target's own figure (the study's recorded evidence against
-its recorded V), the evidence of the new fit against the recorded V (the score carries no
-information about the seed-0 noise), and both averaged over the two seeds.
+complete trial of each study again at two seeds with today's code and reports how well V at one seed
+ranks V at the other: if V itself reaches rho 0.5 across seeds, no score read from one fit can be
+expected to reach 0.8 against it. It also gives the target's own figure at each seed (one fit's
+evidence against its own V), the evidence of one seed against V of the other (the score knows
+nothing of the other fit's noise), and both averaged over the two seeds. *record*: the largest
+difference between the first seed's refit and the V the study recorded (not 0 where lm changed
+after the study, or where the study ran two workers, each fit then on one thread).
 
-The first seed's V and evidence are the ones the study recorded (``v_measure``, ``context_evidence``);
-``--check N`` fits the first N trials again at that seed and reports the largest difference, so a
-change of lm since the study shows. Finished fits are kept in
-``models/checkpoints/rho_seed_ceiling/<study>_seed<s>.json`` (one line per trial), so a killed run
-resumes where it stopped. The labels score only.
+Finished fits are kept in ``models/checkpoints/rho_seed_ceiling/<study>_seed<s>.json`` (one line
+per trial), so a killed run resumes where it stopped. The labels score only.
 """
 from __future__ import annotations
 
@@ -67,91 +66,90 @@ def cached_fits(path: Path) -> dict:
     return fits
 
 
-def study_fits(study: str, params: dict, seed: int, n_check: int, cache: Path) -> dict:
-    """The study's trials: recorded V and evidence (the first seed), a fit at ``seed``, and the largest
-    difference between recorded and refitted V over the first ``n_check`` trials."""
-    cfg = tune_config(params)
-    first = int(cfg["fit_seed"])
-    if seed == first:
-        raise UserError(f"--seed {seed} is the studies' own fit seed (tune.fit_seed); give another")
+def seed_fits(study: str, method: str, base: dict, trials: list, data: CorpusData, ucfg: dict, seed: int,
+              cache: Path) -> dict:
+    """trial number -> its fit at ``seed``: read from the cache, the missing ones fitted and appended."""
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{study}_seed{seed}.json"
+    done = cached_fits(path)
+    for trial in trials:
+        if trial.number not in done:
+            fit = {"trial": trial.number, **fit_trial(method, base, trial.params, data, ucfg, seed)}
+            with path.open("a") as fh:                       # one line per finished fit: a killed run resumes
+                fh.write(json.dumps(fit) + "\n")
+            done[trial.number] = fit
+            print(f"{study} trial {trial.number} seed {seed}: V {fit['v']:.4f} (recorded "
+                  f"{trial.user_attrs['v_measure']:.4f}), K {fit['k']}, evidence {fit['ec']:.4f}, {fit['seconds']}s",
+                  flush=True)
+    return done
+
+
+def study_fits(study: str, params: dict, seeds: tuple[int, int], cache: Path) -> dict:
+    """The study's trials fitted at both ``seeds``: V, K and the controlled context evidence of each, and
+    the V and evidence the study recorded."""
     summary, trials = load_trials(study)
     missing = [t.number for t in trials if "context_evidence" not in t.user_attrs]
     if missing:
         raise UserError(f"study {study}: trials {missing[:5]} recorded no context_evidence (a study made before "
                         "the tuner recorded it; scripts/label_free_rho.py fits such a study again)")
+    cfg = tune_config(params)
     data = CorpusData(Corpus.load(CORPORA_DIR / summary["corpus"]), summary["corpus"])
-    ucfg = {**cfg["unsupervised"]}
     base = base_config(summary["method"], params, cfg)
-    cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"{study}_seed{seed}.json"
-    done = cached_fits(path)
-    rows = []
-    for trial in trials:
-        if trial.number not in done:
-            fit = {"trial": trial.number, **fit_trial(summary["method"], base, trial.params, data, ucfg, seed)}
-            with path.open("a") as fh:                       # one line per finished fit: a killed run resumes
-                fh.write(json.dumps(fit) + "\n")
-            done[trial.number] = fit
-            print(f"{study} trial {trial.number} seed {seed}: V {fit['v']:.4f} (seed {first}: "
-                  f"{trial.user_attrs['v_measure']:.4f}), K {fit['k']}, evidence {fit['ec']:.4f}, {fit['seconds']}s",
-                  flush=True)
-        rows.append({"trial": trial.number, "v0": float(trial.user_attrs["v_measure"]),
-                     "ec0": float(trial.user_attrs["context_evidence"]),
-                     "v1": done[trial.number]["v"], "ec1": done[trial.number]["ec"], "k1": done[trial.number]["k"]})
-    shift = 0.0
-    for trial in trials[:n_check]:
-        again = fit_trial(summary["method"], base, trial.params, data, ucfg, first)
-        shift = max(shift, abs(again["v"] - float(trial.user_attrs["v_measure"])),
-                    abs(again["ec"] - float(trial.user_attrs["context_evidence"])))
-        print(f"{study} trial {trial.number} seed {first} again: V {again['v']:.4f} (recorded "
-              f"{trial.user_attrs['v_measure']:.4f})", flush=True)
-    return {"corpus": summary["corpus"], "seeds": [first, seed], "rows": rows,
-            "checked": min(n_check, len(trials)), "shift": shift}
+    a, b = (seed_fits(study, summary["method"], base, trials, data, dict(cfg["unsupervised"]), seed, cache)
+            for seed in seeds)
+    rows = [{"trial": t.number, "v_rec": float(t.user_attrs["v_measure"]), "ec_rec": float(t.user_attrs["context_evidence"]),
+             "v0": a[t.number]["v"], "ec0": a[t.number]["ec"], "k0": a[t.number]["k"],
+             "v1": b[t.number]["v"], "ec1": b[t.number]["ec"], "k1": b[t.number]["k"]} for t in trials]
+    return {"corpus": summary["corpus"], "seeds": list(seeds), "rows": rows,
+            "shift": max(abs(r["v0"] - r["v_rec"]) for r in rows)}
 
 
 def summarise(res: dict) -> dict:
     """The rank correlations of one study (None where a rank is constant)."""
     r = res["rows"]
-    v0, v1, ec0, ec1 = (np.array([row[k] for row in r]) for k in ("v0", "v1", "ec0", "ec1"))
-    v_mean, ec_mean = (v0 + v1) / 2, (ec0 + ec1) / 2
+    v0, v1, ec0, ec1, v_rec, ec_rec = (np.array([row[k] for row in r]) for k in ("v0", "v1", "ec0", "ec1", "v_rec", "ec_rec"))
     return {"n": len(r), "v_range": (float(min(v0.min(), v1.min())), float(max(v0.max(), v1.max()))),
             "seed_diff": float(np.median(np.abs(v0 - v1))),
             "rho_vv": spearman(v0, v1),                 # V at one seed against V at the other: the ceiling
-            "rho_target": spearman(ec0, v0),            # the target's figure: one fit's evidence, its own V
-            "rho_cross": spearman(ec1, v0),             # the other seed's evidence against the recorded V
-            "rho_own1": spearman(ec1, v1),              # the same as the target, at the other seed
-            "rho_mean": spearman(ec_mean, v_mean)}      # both averaged over the two seeds
+            "rho_recorded": spearman(ec_rec, v_rec),    # the target as reports/suite.md reads it (the study's record)
+            "rho_own0": spearman(ec0, v0),              # the same on today's fits, each seed
+            "rho_own1": spearman(ec1, v1),
+            "rho_cross": spearman(ec1, v0),             # one seed's evidence against the other's V
+            "rho_mean": spearman(ec0 + ec1, v0 + v1)}   # both averaged over the two seeds
+
+
+ROW_WORDS = (("rho_vv", "V at one seed against V at the other"),
+             ("rho_recorded", "the controlled context evidence against V as the study recorded them (the target)"),
+             ("rho_own0", "the same on today's fits at the first seed"),
+             ("rho_own1", "the same at the second seed"),
+             ("rho_cross", "the second seed's evidence against the first seed's V"),
+             ("rho_mean", "the two seeds' mean evidence against their mean V"))
 
 
 def markdown(results: dict, target: float, command: str) -> str:
     fmt = lambda x: "–" if x is None else f"{x:+.2f}"                                 # noqa: E731
-    seeds = next(iter(results.values()))["seeds"]
-    a, b = seeds
+    a, b = next(iter(results.values()))["seeds"]
     lines = ["# The seed-to-seed ceiling of the label-free objective's rank correlation", "",
-             f"Written by `{command}`. Every complete trial of each study of `report.suite.rho_studies` "
-             f"fitted again at seed {b} with today's code and configuration (`runs.lm`, `tune.fixed`, the "
-             f"trial's parameters); seed {a}'s V and controlled context evidence are the ones the study recorded "
-             f"(*checked*: the first trials fitted again at seed {a}, the largest difference from the record in V "
-             "or evidence). ρ is Spearman's over the trials. *V↔V*: V at one seed against V at the other, how "
-             "well the configuration's V is ranked by a perfect score read from another fit; the target's ρ is "
-             f"the evidence against V of one fit (seed {a}: what `reports/suite.md` scores; seed {b} beside it); "
-             f"*cross*: seed {b}'s evidence against seed {a}'s V; *2-seed mean*: both averaged over the two fits. "
-             "*|ΔV| seeds*: the median over the trials of |V(seed a) − V(seed b)|.", "",
-             "| study | corpus | trials | V range | median \\|ΔV\\| seeds | ρ V↔V | ρ target "
-             f"(seed {a}) | ρ target (seed {b}) | ρ cross | ρ 2-seed mean | checked |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+             f"Written by `{command}`. Every complete trial of each study fitted again at seeds {a} and {b} with "
+             "today's code and configuration (`runs.lm`, `tune.fixed`, the trial's parameters) and scored by V and "
+             "the controlled context evidence (the label-free objective of the suite's ρ target). ρ is Spearman's "
+             f"over the trials. *V↔V*: V at seed {a} against V at seed {b}, how well a configuration's V at one "
+             "seed is ranked by a perfect score read from another fit of it; *recorded*: the target's ρ as "
+             f"`reports/suite.md` reads it, the evidence against V as the study recorded them; *seed {a} / {b}*: the "
+             f"same on today's fits; *cross*: seed {b}'s evidence against seed {a}'s V; *2-seed mean*: both "
+             f"averaged over the two fits. *|ΔV| seeds*: the median over the trials of |V(seed {a}) − V(seed {b})|. "
+             f"*record*: the largest |V(seed {a}) − the V the study recorded| (not 0 where lm changed after the "
+             "study, or where it ran two workers, each fit then on one thread).", "",
+             f"| study | corpus | trials | V range | median \\|ΔV\\| seeds | ρ V↔V | ρ recorded | ρ seed {a} | ρ seed {b} "
+             "| ρ cross | ρ 2-seed mean | record |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     sums = {}
     for study, res in results.items():
         s = sums[study] = summarise(res)
-        check = f"{res['checked']} trials, {res['shift']:.4f}" if res["checked"] else "–"
         lines.append(f"| {study} | {res['corpus']} | {s['n']} | {s['v_range'][0]:.3f}–{s['v_range'][1]:.3f} | "
-                     f"{s['seed_diff']:.4f} | {fmt(s['rho_vv'])} | {fmt(s['rho_target'])} | {fmt(s['rho_own1'])} | "
-                     f"{fmt(s['rho_cross'])} | {fmt(s['rho_mean'])} | {check} |")
+                     f"{s['seed_diff']:.4f} | " + " | ".join(fmt(s[k]) for k, _ in ROW_WORDS) + f" | {res['shift']:.4f} |")
     lines.append("")
-    for key, name in (("rho_vv", "V at one seed against V at the other"),
-                      ("rho_target", f"the controlled context evidence against V (seed {a}, the target)"),
-                      ("rho_own1", f"the same at seed {b}"),
-                      ("rho_mean", "the two seeds' mean evidence against their mean V")):
+    for key, name in ROW_WORDS:
         vals = [s[key] for s in sums.values() if s[key] is not None]
         # rounded: scipy gives a rank correlation of exactly 0.8 as 0.7999999999999999
         lines.append(f"- ρ ≥ {target} for {name}: {sum(round(x, 12) >= target for x in vals)} of {len(sums)} studies"
@@ -163,25 +161,27 @@ def markdown(results: dict, target: float, command: str) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--studies", nargs="+", help="default: report.suite.rho_studies")
-    ap.add_argument("--seed", type=int, default=1, help="the second seed (default 1; not tune.fit_seed)")
-    ap.add_argument("--check", type=int, default=1, help="trials fitted again at the studies' own seed (default 1)")
+    ap.add_argument("--seeds", nargs=2, type=int, metavar=("A", "B"),
+                    help="the two seeds (default: tune.fit_seed and the next)")
     ap.add_argument("--out", help="default reports/rho_seed_ceiling.md (beside it the per-trial .json)")
-    args = ap.parse_args(argv)
-    if args.check < 0:
-        raise UserError(f"--check {args.check}: a number of trials, at least 0")
+    args = ap.parse_args(argv if argv is not None else sys.argv[1:])
     params = load_params()
+    first = int(tune_config(params)["fit_seed"])
+    seeds = tuple(args.seeds) if args.seeds else (first, first + 1)
+    if seeds[0] == seeds[1]:
+        raise UserError(f"--seeds {seeds[0]} {seeds[1]}: two different seeds")
     suite_cfg = ((params.get("report") or {}).get("suite") or {})
     studies = args.studies or list(suite_cfg.get("rho_studies") or [])
     if not studies:
         raise UserError("no studies: give --studies or list them in report.suite.rho_studies")
-    if args.out is None and (args.studies or args.seed != 1):
-        raise UserError("--studies or --seed make another study than reports/rho_seed_ceiling.md: give it its own --out")
+    if args.out is None and (args.studies or seeds != (first, first + 1)):
+        raise UserError("--studies or --seeds make another study than reports/rho_seed_ceiling.md: give it its own --out")
     out = Path(args.out) if args.out else REPO / "reports" / "rho_seed_ceiling.md"
     for study in studies:
         load_trials(study)                                      # every study readable before the first fit
-    results = {study: study_fits(study, params, args.seed, args.check, CACHE) for study in studies}
-    command = "python scripts/rho_seed_ceiling.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
-                                                       if (argv if argv is not None else sys.argv[1:]) else "")
+    results = {study: study_fits(study, params, seeds, CACHE) for study in studies}
+    argv = argv if argv is not None else sys.argv[1:]
+    command = "python scripts/rho_seed_ceiling.py" + ("".join(" " + a for a in argv))
     text = markdown(results, float((suite_cfg.get("targets") or {}).get("rho", 0.8)), command)
     atomic_write_text(out.with_suffix(".json"), json.dumps(results, indent=1) + "\n")
     atomic_write_text(out, text)
