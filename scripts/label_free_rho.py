@@ -13,7 +13,7 @@ score any labelling of the corpus: ``context_evidence``, in nats per token; and 
 type predicts about its whole text (a hand's style), less the same with every text shuffled.
 
 This script fits every complete trial of each study again with today's code and configuration
-(``runs.lm`` + ``tune.fixed`` + the trial's parameters, seed ``tune.fit_seed``), scores the
+(``runs.lm`` + ``tune.fixed`` + the trial's parameters, the first seed of ``tune.fit_seed``), scores the
 labelling with V, U and the context evidence (plain and controlled), and reports the three rank
 correlations with V. The trials' parameters come from the study's committed journal
 (``reports/studies/<study>.optuna.log``); the labels score only. V of a refit differs from the V the
@@ -42,7 +42,7 @@ from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
 from signclust.reports import tune_report  # noqa: E402
 from signclust.tuning.storage import journal_storage  # noqa: E402
-from signclust.tuning.study import base_config, tune_config  # noqa: E402
+from signclust.tuning.study import base_config, fit_seeds, tune_config  # noqa: E402
 
 STUDIES_DIR = REPO / "reports" / "studies"
 CORPORA_DIR = REPO / "data" / "corpora"
@@ -89,7 +89,7 @@ def rescore(study: str, params: dict, n_symbols: int) -> dict:
     for trial in trials:
         clusterer = get_clusterer(summary["method"], **{**base, **trial.params})
         t0 = time.time()
-        result = clusterer.fit(data.corpus, FitContext(seed=int(cfg["fit_seed"]), progress=False))
+        result = clusterer.fit(data.corpus, FitContext(seed=fit_seeds(cfg)[0], progress=False))
         rows.append({"trial": trial.number, "v_recorded": float(trial.user_attrs["v_measure"]),
                      "v": float(score(data.gold, result.labels)["v_measure"]), "k": int(result.k_found),
                      "e": context_evidence(result.labels, data.texts, symbols)})

@@ -39,7 +39,7 @@ from signclust.evaluation.label_free import CorpusData, unsupervised_score  # no
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext, get_clusterer  # noqa: E402
-from signclust.tuning.study import base_config, tune_config  # noqa: E402
+from signclust.tuning.study import base_config, fit_seeds, tune_config  # noqa: E402
 
 CACHE = REPO / "models" / "checkpoints" / "rho_seed_ceiling"
 
@@ -162,11 +162,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--studies", nargs="+", help="default: report.suite.rho_studies")
     ap.add_argument("--seeds", nargs=2, type=int, metavar=("A", "B"),
-                    help="the two seeds (default: tune.fit_seed and the next)")
+                    help="the two seeds (default: the first of tune.fit_seed and the next)")
     ap.add_argument("--out", help="default reports/rho_seed_ceiling.md (beside it the per-trial .json)")
     args = ap.parse_args(argv if argv is not None else sys.argv[1:])
     params = load_params()
-    first = int(tune_config(params)["fit_seed"])
+    first = fit_seeds(tune_config(params))[0]
     seeds = tuple(args.seeds) if args.seeds else (first, first + 1)
     if seeds[0] == seeds[1]:
         raise UserError(f"--seeds {seeds[0]} {seeds[1]}: two different seeds")

@@ -199,3 +199,53 @@ def test_pruning_goes_through_the_fit_context_contract(tiny_corpus, monkeypatch)
     objective = obj.Objective("lm", params, cfg, CorpusData(tiny_corpus(per_type=3), "tiny"), "supervised", "s", None)
     study.optimize(objective, n_trials=1)
     assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
+
+
+def test_a_trial_fits_once_per_seed_of_fit_seed_and_records_the_means(tiny_corpus, monkeypatch):
+    """tune.fit_seed as a list: one fit per seed, the trial's scores their means (seconds summed), the
+    pruning callback given to the first fit only; a bad fit_seed is one error."""
+    import optuna
+
+    from signclust.evaluation.label_free import CorpusData
+    from signclust.tuning import objective as obj
+    from signclust.tuning.study import fit_seeds, tune_config
+
+    calls = []
+
+    def fake_fit(method, params, data, seed, device, ucfg, log_metrics=None, **kw):
+        calls.append((seed, log_metrics is not None))
+        return {"seconds": 2.0, "k_found": 4 + seed, "v_measure": 0.5 + 0.1 * seed, "unsupervised": -1.0,
+                "context_evidence": 0.2 * seed}
+
+    monkeypatch.setattr(obj, "fit_and_score", fake_fit)
+    params = load_params()
+    params["tune"] = {"spaces": {"lm": {"w_lm": {"low": 0.1, "high": 1.0}}}, "fit_seed": [3, 1]}
+    cfg = tune_config(params)
+    study = optuna.create_study(direction="maximize")
+    objective = obj.Objective("lm", params, cfg, CorpusData(tiny_corpus(per_type=3), "tiny"), "supervised", "s", None)
+    study.optimize(objective, n_trials=1)
+    trial = study.trials[-1]
+    assert calls == [(3, True), (1, False)]
+    assert trial.value == pytest.approx(0.7) and trial.user_attrs["v_measure"] == pytest.approx(0.7)
+    assert trial.user_attrs["k_found"] == 6.0 and trial.user_attrs["seconds"] == 4.0
+    assert trial.user_attrs["context_evidence"] == pytest.approx(0.4)
+    assert fit_seeds({"fit_seed": 5}) == [5] and fit_seeds({"fit_seed": [0, 2]}) == [0, 2]
+    for bad in ([], [1, 1], [0, "1"], True, 1.5):
+        with pytest.raises(UserError, match=r"tune.fit_seed is .*: a seed \(an integer\) or a list of distinct seeds"):
+            fit_seeds({"fit_seed": bad})
+
+
+def test_a_bad_fit_seed_is_one_error_before_any_trial(tiny_corpus, saved_corpus, tmp_path):
+    params = _params()
+    params["tune"]["fit_seed"] = [1, 1]
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(params))
+    corpus_dir = saved_corpus(tiny_corpus(per_type=5, n_texts=3), "tiny")
+    out = subprocess.run([sys.executable, "-m", "signclust.cli", "--params", str(params_file), "tune", "--method",
+                          "ward", "--corpus", "tiny", "--corpus-dir", str(corpus_dir), "--storage", "memory",
+                          "--reports", str(tmp_path / "reports"), "--params-dir", str(tmp_path / "params")],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, SIGNCLUST_MLFLOW="0"))
+    assert out.returncode == 2 and "trial 0" not in out.stdout
+    assert out.stderr.strip().splitlines() == ["error: tune.fit_seed is [1, 1]: a seed (an integer) or a list of "
+                                               "distinct seeds"]
+    assert not (tmp_path / "reports").exists()

@@ -19,7 +19,7 @@ import time
 from signclust import tracking
 from signclust.errors import UserError
 from signclust.evaluation.label_free import CorpusData, unsupervised_score
-from signclust.tuning.study import OBJECTIVE_SCORES, base_config
+from signclust.tuning.study import OBJECTIVE_SCORES, base_config, fit_seeds
 
 
 def suggest(trial, space: dict) -> dict:
@@ -70,6 +70,14 @@ def fit_and_score(method: str, params: dict, data: CorpusData, seed: int, device
     return out
 
 
+def mean_scores(runs: list[dict]) -> dict:
+    """One trial's scores over its fits (one per ``tune.fit_seed``): each score's mean, the seconds summed."""
+    if len(runs) == 1:
+        return runs[0]
+    return {key: (sum(r[key] for r in runs) if key == "seconds" else sum(r[key] for r in runs) / len(runs))
+            for key in runs[0]}
+
+
 def proxy_value(record: dict, keys: list[str]) -> float | None:
     """Minus the signed sum of ``keys`` of an epoch record ("-entropy" subtracts): higher is better."""
     if not keys:
@@ -114,6 +122,7 @@ class Objective:
             raise UserError(f"params.yaml tune.spaces has no search space for '{method}'")
         self.proxy_keys = list((cfg["intermediate"] or {}).get(method) or [])
         self.device = (params.get("train") or {}).get("device", "auto")
+        self.seeds = fit_seeds(cfg)
 
     def __call__(self, trial):
         import optuna
@@ -132,8 +141,11 @@ class Objective:
                               "trial": trial.number, **config})
             callback = PruningCallback(trial, self.proxy_keys, mlrun)
             try:
-                scores = fit_and_score(self.method, config, self.data, int(self.cfg["fit_seed"]), self.device,
-                                       self.cfg["unsupervised"], callback)
+                # the pruner reads the first seed's epochs only: the proxy of other seeds' fits would be
+                # reported at the same steps again
+                scores = mean_scores([fit_and_score(self.method, config, self.data, seed, self.device,
+                                                    self.cfg["unsupervised"], callback if i == 0 else None)
+                                      for i, seed in enumerate(self.seeds)])
             except StopFit as stop:
                 mlrun.set_tags({"state": "pruned"})
                 pruned = stop

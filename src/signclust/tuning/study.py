@@ -37,7 +37,8 @@ DEFAULTS: dict = {
     "workers": 2,
     "storage": None,            # null: sqlite:///<repo>/optuna.db
     "objective": "supervised",
-    "fit_seed": 0,              # the seed of every trial's fit (trials differ only in parameters)
+    "fit_seed": 0,              # the seed of every trial's fit (trials differ only in parameters); a list of
+                                # seeds fits each trial once per seed and records the means (fit_seeds)
     "sampler_seed": 0,
     "pruner": {"type": "median", "startup_trials": 5, "warmup_epochs": 5},
     "heartbeat_s": 30,          # a running trial writes a heartbeat this often ...
@@ -60,6 +61,17 @@ SCORE_KEYS = ("v_measure", "nmi", "ari", "acc", "k_found", "unsupervised", "held
 
 def tune_config(params: dict) -> dict:
     return deep_update(DEFAULTS, params.get("tune") or {})
+
+
+def fit_seeds(cfg: dict) -> list[int]:
+    """``tune.fit_seed`` as a list: one seed, or several distinct ones (a trial's scores are then the means
+    over its fits: one fit's V moves with the seed, reports/rho_seed_ceiling.md)."""
+    seed = cfg["fit_seed"]
+    seeds = seed if isinstance(seed, list) else [seed]
+    if (not seeds or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds)
+            or len(set(seeds)) != len(seeds)):
+        raise UserError(f"tune.fit_seed is {seed!r}: a seed (an integer) or a list of distinct seeds")
+    return seeds
 
 
 def study_name(method: str, corpus: str, objective: str, name: str | None = None) -> str:

@@ -54,8 +54,8 @@ from signclust.data.corpus import Corpus
 from signclust.errors import UserError, cli_main
 from signclust.reports import tune_report
 from signclust.tuning import mlflow_runs, storage as st, transfer, workers
-from signclust.tuning.study import (OBJECTIVES, StudySpec, count_states, ensure_identity, guard_outputs,
-                                    study_name, tune_config)
+from signclust.tuning.study import (OBJECTIVES, StudySpec, count_states, ensure_identity, fit_seeds,
+                                    guard_outputs, study_name, tune_config)
 
 
 def open_study(spec: StudySpec, cfg: dict):
@@ -166,6 +166,7 @@ def main(argv=None):
     objective = args.objective or cfg["objective"]
     if objective not in OBJECTIVES:
         raise UserError(f"tune.objective must be one of {', '.join(OBJECTIVES)}")
+    fit_seeds(cfg)                          # a bad tune.fit_seed is one error here, not one per worker
     if args.name and args.study:
         raise UserError("give --name (a suffix) or --study (a full name), not both")
     if trials < 0 or n_workers < 1:
