@@ -52,6 +52,24 @@ def spearman(a, b) -> float | None:
     return tune_report.spearman(list(a), list(b))["rho"]
 
 
+def rho_studies(params: dict, given: list[str] | None) -> tuple[list[str], float]:
+    """The studies to score (``given``, else ``report.suite.rho_studies``), each readable, and the suite's rho
+    target; one error before any fit."""
+    suite_cfg = ((params.get("report") or {}).get("suite") or {})
+    studies = given or list(suite_cfg.get("rho_studies") or [])
+    if not studies:
+        raise UserError("no studies: give --studies or list them in report.suite.rho_studies")
+    for study in studies:
+        load_trials(study)
+    return studies, float((suite_cfg.get("targets") or {}).get("rho", 0.8))
+
+
+def at_target(rhos: list[float], target: float) -> int:
+    """How many of ``rhos`` reach ``target`` (rounded first: scipy gives a rank correlation of exactly 0.8 as
+    0.7999999999999999)."""
+    return sum(round(r, 12) >= target for r in rhos)
+
+
 def load_trials(study: str) -> tuple[dict, list]:
     """The study's summary (its JSON) and its complete trials that recorded V (from its journal);
     a one-line error for anything this script cannot score, before any fit."""
@@ -136,7 +154,7 @@ def markdown(results: dict, n_symbols: int, target: float) -> str:
     for key, name in (("rho_u", "U"), ("rho_e", "the context evidence"), ("rho_ec", "the controlled context evidence")):
         vals = [s[key] for s in summaries if s[key] is not None]
         lines.append("")
-        lines.append(f"ρ ≥ {target} for {name} on {sum(round(r, 12) >= target for r in vals)} of {len(summaries)} studies"
+        lines.append(f"ρ ≥ {target} for {name} on {at_target(vals, target)} of {len(summaries)} studies"
                      + (f" (median ρ {np.median(vals):+.2f})." if vals else "."))
     return "\n".join(lines) + "\n"
 
@@ -150,18 +168,13 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.symbols < 2:
         raise UserError(f"--symbols {args.symbols}: at least 2 symbols")
-    params = load_params()
-    suite_cfg = ((params.get("report") or {}).get("suite") or {})
-    studies = args.studies or list(suite_cfg.get("rho_studies") or [])
-    if not studies:
-        raise UserError("no studies: give --studies or list them in report.suite.rho_studies")
     if args.out is None and (args.studies or args.symbols != 10):
         raise UserError("--studies or --symbols make another study than reports/label_free_rho.md: give it its own --out")
+    params = load_params()
+    studies, target = rho_studies(params, args.studies)
     out = Path(args.out) if args.out else REPO / "reports" / "label_free_rho.md"
-    for study in studies:
-        load_trials(study)                                      # every study readable before the first fit
     results = {study: rescore(study, params, args.symbols) for study in studies}
-    text = markdown(results, args.symbols, float((suite_cfg.get("targets") or {}).get("rho", 0.8)))
+    text = markdown(results, args.symbols, target)
     atomic_write_text(out, text)
     print(text)
 

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from label_free_rho import CORPORA_DIR, load_trials, spearman  # noqa: E402
+from label_free_rho import CORPORA_DIR, at_target, load_trials, rho_studies, spearman  # noqa: E402
 from signclust.config import load_params  # noqa: E402
 from signclust.data.corpus import Corpus  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
@@ -151,8 +151,7 @@ def markdown(results: dict, target: float, command: str) -> str:
     lines.append("")
     for key, name in ROW_WORDS:
         vals = [s[key] for s in sums.values() if s[key] is not None]
-        # rounded: scipy gives a rank correlation of exactly 0.8 as 0.7999999999999999
-        lines.append(f"- ρ ≥ {target} for {name}: {sum(round(x, 12) >= target for x in vals)} of {len(sums)} studies"
+        lines.append(f"- ρ ≥ {target} for {name}: {at_target(vals, target)} of {len(sums)} studies"
                      + (f", median ρ {np.median(vals):+.2f}" if vals else ""))
     return "\n".join(lines) + "\n"
 
@@ -170,19 +169,14 @@ def main(argv=None):
     seeds = tuple(args.seeds) if args.seeds else (first, first + 1)
     if seeds[0] == seeds[1]:
         raise UserError(f"--seeds {seeds[0]} {seeds[1]}: two different seeds")
-    suite_cfg = ((params.get("report") or {}).get("suite") or {})
-    studies = args.studies or list(suite_cfg.get("rho_studies") or [])
-    if not studies:
-        raise UserError("no studies: give --studies or list them in report.suite.rho_studies")
     if args.out is None and (args.studies or seeds != (first, first + 1)):
         raise UserError("--studies or --seeds make another study than reports/rho_seed_ceiling.md: give it its own --out")
+    studies, target = rho_studies(params, args.studies)
     out = Path(args.out) if args.out else REPO / "reports" / "rho_seed_ceiling.md"
-    for study in studies:
-        load_trials(study)                                      # every study readable before the first fit
     results = {study: study_fits(study, params, seeds, CACHE) for study in studies}
     argv = argv if argv is not None else sys.argv[1:]
     command = "python scripts/rho_seed_ceiling.py" + ("".join(" " + a for a in argv))
-    text = markdown(results, float((suite_cfg.get("targets") or {}).get("rho", 0.8)), command)
+    text = markdown(results, target, command)
     atomic_write_text(out.with_suffix(".json"), json.dumps(results, indent=1) + "\n")
     atomic_write_text(out, text)
     print(text)

@@ -106,6 +106,36 @@ def ward_study_params(trials: int = 3, workers: int = 1) -> dict:
     return params
 
 
+def make_lm_study(folder, name: str, summary: dict, trials: list) -> None:
+    """A study journal and summary under ``folder`` (as ``signclust tune`` leaves them): ``trials`` are
+    (rank_c0, the trial's user attributes: v_measure, context_evidence ...), each complete."""
+    import json
+
+    import optuna
+
+    from signclust.tuning.storage import journal_storage
+    study = optuna.create_study(study_name=name, storage=journal_storage(folder / f"{name}.optuna.log"),
+                                direction="maximize")
+    dist = {"rank_c0": optuna.distributions.FloatDistribution(0.0, 8.0),
+            "encoder_epochs": optuna.distributions.IntDistribution(0, 1)}
+    for rank_c0, attrs in trials:
+        study.add_trial(optuna.trial.create_trial(params={"rank_c0": rank_c0, "encoder_epochs": 0}, distributions=dist,
+                                                  value=0.5, user_attrs=attrs))
+    (folder / f"{name}.json").write_text(json.dumps(summary))
+
+
+def lm_study_dirs(tmp_path, monkeypatch, corpus: Corpus, modules: list) -> Path:
+    """``corpus`` saved as tmp_path/corpora/tiny and an empty tmp_path/studies, which every module of
+    ``modules`` (the scripts that read lm's tuning studies) reads instead of the repository's folders."""
+    corpus.save(tmp_path / "corpora" / "tiny")
+    (tmp_path / "studies").mkdir()
+    for module in modules:
+        for attr, folder in (("STUDIES_DIR", "studies"), ("CORPORA_DIR", "corpora")):
+            if hasattr(module, attr):
+                monkeypatch.setattr(module, attr, tmp_path / folder)
+    return tmp_path / "studies"
+
+
 @pytest.fixture
 def tiny_corpus():
     """Factory fixture: ``tiny_corpus(**kwargs)`` -> Corpus (see :func:`make_tiny_corpus`)."""

@@ -5,6 +5,7 @@ import importlib.util
 import json
 
 import pytest
+from conftest import lm_study_dirs, make_lm_study
 
 from signclust.config import REPO_ROOT, load_params
 from signclust.evaluation import label_free
@@ -35,28 +36,14 @@ def test_summary_and_table_on_known_numbers():
 
 
 def make_study(folder, name, summary, trials):
-    """A study journal and summary under ``folder``: ``trials`` (rank_c0, recorded V or None) complete."""
-    import optuna
-
-    from signclust.tuning.storage import journal_storage
-    study = optuna.create_study(study_name=name, storage=journal_storage(folder / f"{name}.optuna.log"),
-                                direction="maximize")
-    dist = {"rank_c0": optuna.distributions.FloatDistribution(0.0, 8.0),
-            "encoder_epochs": optuna.distributions.IntDistribution(0, 1)}
-    for rank_c0, v in trials:
-        study.add_trial(optuna.trial.create_trial(params={"rank_c0": rank_c0, "encoder_epochs": 0}, distributions=dist,
-                                                  value=0.5, user_attrs={} if v is None else {"v_measure": v}))
-    (folder / f"{name}.json").write_text(json.dumps(summary))
+    """``make_lm_study`` with trials given as (rank_c0, recorded V or None)."""
+    make_lm_study(folder, name, summary, [(r, {} if v is None else {"v_measure": v}) for r, v in trials])
 
 
 @pytest.fixture
 def study_dirs(tmp_path, monkeypatch, tiny_corpus):
     corpus = tiny_corpus(n_types=5, per_type=10, n_texts=4, noise=60.0, seed=1)
-    corpus.save(tmp_path / "corpora" / "tiny")
-    (tmp_path / "studies").mkdir()
-    monkeypatch.setattr(rho, "STUDIES_DIR", tmp_path / "studies")
-    monkeypatch.setattr(rho, "CORPORA_DIR", tmp_path / "corpora")
-    return corpus, tmp_path / "studies"
+    return corpus, lm_study_dirs(tmp_path, monkeypatch, corpus, [rho])
 
 
 def test_rescore_fits_each_trial_again(study_dirs):

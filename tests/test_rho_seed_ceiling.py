@@ -6,6 +6,7 @@ import json
 import sys
 
 import pytest
+from conftest import lm_study_dirs, make_lm_study
 
 from signclust.config import REPO_ROOT, load_params
 from signclust.evaluation.label_free import CorpusData, unsupervised_score
@@ -51,31 +52,12 @@ def test_cached_fits_drop_a_torn_last_line(tmp_path):
     assert ceiling.cached_fits(tmp_path / "none.json") == {}
 
 
-def make_study(folder, name, summary, trials):
-    """A study journal and summary under ``folder``: ``trials`` (rank_c0, user attrs) complete."""
-    import optuna
-
-    from signclust.tuning.storage import journal_storage
-    study = optuna.create_study(study_name=name, storage=journal_storage(folder / f"{name}.optuna.log"),
-                                direction="maximize")
-    dist = {"rank_c0": optuna.distributions.FloatDistribution(0.0, 8.0),
-            "encoder_epochs": optuna.distributions.IntDistribution(0, 1)}
-    for rank_c0, attrs in trials:
-        study.add_trial(optuna.trial.create_trial(params={"rank_c0": rank_c0, "encoder_epochs": 0}, distributions=dist,
-                                                  value=0.5, user_attrs=attrs))
-    (folder / f"{name}.json").write_text(json.dumps(summary))
-
-
 @pytest.fixture
 def study_dirs(tmp_path, monkeypatch, tiny_corpus):
     corpus = tiny_corpus(n_types=5, per_type=10, n_texts=4, noise=60.0, seed=1)
-    corpus.save(tmp_path / "corpora" / "tiny")
-    (tmp_path / "studies").mkdir()
-    monkeypatch.setattr(label_free_rho, "STUDIES_DIR", tmp_path / "studies")
-    monkeypatch.setattr(label_free_rho, "CORPORA_DIR", tmp_path / "corpora")
-    monkeypatch.setattr(ceiling, "CORPORA_DIR", tmp_path / "corpora")
+    studies = lm_study_dirs(tmp_path, monkeypatch, corpus, [label_free_rho, ceiling])
     monkeypatch.setattr(ceiling, "CACHE", tmp_path / "cache")
-    return corpus, tmp_path / "studies"
+    return corpus, studies
 
 
 def direct_fit(corpus, rank_c0, seed):
@@ -92,7 +74,7 @@ def test_both_seeds_fits_are_the_trials_own_kept_and_resumed(study_dirs, monkeyp
     name = "lm_tiny_supervised_t"
     trials = [(0.5, {"v_measure": 0.55, "context_evidence": 0.3}),
               (6.0, {"v_measure": 0.7, "context_evidence": 0.2}), (2.0, {"v_measure": 0.6, "context_evidence": 0.1})]
-    make_study(folder, name, {"corpus": "tiny", "method": "lm"}, trials)
+    make_lm_study(folder, name, {"corpus": "tiny", "method": "lm"}, trials)
     res = ceiling.study_fits(name, load_params(), (0, 1), ceiling.CACHE)
     assert res["seeds"] == [0, 1]
     for row, (rank_c0, attrs) in zip(res["rows"], trials):
@@ -111,7 +93,7 @@ def test_both_seeds_fits_are_the_trials_own_kept_and_resumed(study_dirs, monkeyp
 
 def test_bad_input_is_one_error_line(study_dirs, cli_error):
     _, folder = study_dirs
-    make_study(folder, "lm_tiny_supervised_old", {"corpus": "tiny", "method": "lm"}, [(1.0, {"v_measure": 0.5})] * 3)
+    make_lm_study(folder, "lm_tiny_supervised_old", {"corpus": "tiny", "method": "lm"}, [(1.0, {"v_measure": 0.5})] * 3)
     out = str(folder / "x.md")
     for argv, message in ((["--studies", "lm_nope", "--out", out], "study lm_nope: lm_nope.json not found in"),
                           (["--studies", "lm_tiny_supervised_old"], "--studies or --seeds make another study than "
