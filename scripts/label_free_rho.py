@@ -65,9 +65,8 @@ def rho_studies(params: dict, given: list[str] | None) -> tuple[list[str], float
 
 
 def at_target(rhos: list[float], target: float) -> int:
-    """How many of ``rhos`` reach ``target`` (rounded first: scipy gives a rank correlation of exactly 0.8 as
-    0.7999999999999999)."""
-    return sum(round(r, 12) >= target for r in rhos)
+    """How many of ``rhos`` reach ``target`` (``tune_report.reaches``)."""
+    return sum(tune_report.reaches(r, target) for r in rhos)
 
 
 def load_trials(study: str) -> tuple[dict, list]:

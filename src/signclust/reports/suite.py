@@ -37,6 +37,7 @@ from signclust.config import REPO_ROOT, load_params
 from signclust.errors import UserError, cli_main
 from signclust.io import atomic_path, atomic_write_text
 from signclust.reports.table import fresh_seconds
+from signclust.reports.tune_report import reaches
 from signclust.tuning.study import LABEL_FREE
 
 # the label-free scores a tuning trial records, as the target names them
@@ -157,9 +158,8 @@ def side_verdicts(side: dict, cfg: dict) -> list[dict]:
 
     def summary(rho: dict) -> tuple[str, str, list[str]]:
         """'k/n' studies at the target, ', median ρ +x.xx' (over the studies that recorded it), the misses"""
-        # rounded: scipy gives a rank correlation of exactly 0.8 (24 trials, sum of d^2 460) as 0.7999999999999999
         low = [f"{corpus} ({r:+.2f})" if r is not None else f"{corpus} (–)" for corpus, r, _ in rho.values()
-               if r is None or round(r, 12) < t["rho"]]
+               if r is None or not reaches(r, t["rho"])]
         known = [r for _, r, _ in rho.values() if r is not None]
         return f"{len(rho) - len(low)}/{len(rho)}", f", median ρ {np.median(known):+.2f}" if known else "", low
 
