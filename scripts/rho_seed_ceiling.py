@@ -163,7 +163,8 @@ def main(argv=None):
     ap.add_argument("--seeds", nargs=2, type=int, metavar=("A", "B"),
                     help="the two seeds (default: the first of tune.fit_seed and the next)")
     ap.add_argument("--out", help="default reports/rho_seed_ceiling.md (beside it the per-trial .json)")
-    args = ap.parse_args(argv if argv is not None else sys.argv[1:])
+    argv = sys.argv[1:] if argv is None else argv
+    args = ap.parse_args(argv)
     params = load_params()
     first = fit_seeds(tune_config(params))[0]
     seeds = tuple(args.seeds) if args.seeds else (first, first + 1)
@@ -174,7 +175,6 @@ def main(argv=None):
     studies, target = rho_studies(params, args.studies)
     out = Path(args.out) if args.out else REPO / "reports" / "rho_seed_ceiling.md"
     results = {study: study_fits(study, params, seeds, CACHE) for study in studies}
-    argv = argv if argv is not None else sys.argv[1:]
     command = "python scripts/rho_seed_ceiling.py" + ("".join(" " + a for a in argv))
     text = markdown(results, target, command)
     atomic_write_text(out.with_suffix(".json"), json.dumps(results, indent=1) + "\n")
