@@ -17,6 +17,8 @@ clusters raw pixels, ``ward_glyphs`` PCA-50 of the glyphs, so their rows differ 
 - ``glyphs``: ``normalize_glyphs`` as configured (``ward_glyphs``);
 - ``grey``: the same crop, resize and blur of the image's own grey levels inside the ink's bounding
   square (no binarisation);
+- ``grey_saturated``: ``grey`` with every level at or above half strength drawn as full ink (``min(1, 2v)``):
+  soft edges and faint hairlines keep their levels, the texture and strength of solid ink do not;
 - ``threshold_0.1`` / ``threshold_0.5``: binarised at another ink level;
 - ``no_despeckle``: no blob dropped (``min_blob`` 1);
 - ``no_blur``: no blur after the resize;
@@ -58,14 +60,16 @@ from signclust.models.train import run_config  # noqa: E402
 UNSEEN_TYPEFACES = ("DejaVuSansMono.ttf", "NotoSerifDisplay-Italic.ttf", "DejaVuSans-Bold.ttf")
 DEFAULT_CORPORA = ("mnist_test", "digits", "latin_hands@unseen", "cyrillic_hands@unseen",
                    "latin_hands", "greek_handwriting", "japanese_hands", "cypriot")
-VARIANTS = ("pixels", "glyphs", "grey", "threshold_0.1", "threshold_0.5", "no_despeckle", "no_blur",
+VARIANTS = ("pixels", "glyphs", "grey", "grey_saturated", "threshold_0.1", "threshold_0.5", "no_despeckle", "no_blur",
             "no_crop", "skeleton", "lm_blocks")
 SIZE, PAD = 32, 2
 
 
-def grey_glyphs(images: np.ndarray, threshold: float = 0.3, min_blob: int = 6, blur: float = 1.0) -> np.ndarray:
+def grey_glyphs(images: np.ndarray, threshold: float = 0.3, min_blob: int = 6, blur: float = 1.0,
+                saturate: float | None = None) -> np.ndarray:
     """uint8 (m, H, W) -> float32 (m, 32, 32): ``normalize_glyphs``'s bounding square (of the despeckled
-    ink) and geometry, filled with the image's own grey levels instead of the binary ink."""
+    ink) and geometry, filled with the image's own grey levels instead of the binary ink; with
+    ``saturate``, every level at or above it drawn as full ink (``min(1, v / saturate)``)."""
     masks = g._ink_masks(images, threshold, min_blob)
     out = np.zeros((len(images), SIZE, SIZE), dtype=np.float32)
     for i, (img, b) in enumerate(zip(images, masks)):
@@ -73,6 +77,8 @@ def grey_glyphs(images: np.ndarray, threshold: float = 0.3, min_blob: int = 6, b
         if not len(rows):
             continue
         crop = img[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].astype(np.float32) / 255.0
+        if saturate is not None:
+            crop = np.minimum(crop / np.float32(saturate), np.float32(1.0))
         side = max(crop.shape)
         square = np.zeros((side, side), dtype=np.float32)
         top, left = (side - crop.shape[0]) // 2, (side - crop.shape[1]) // 2
@@ -102,6 +108,8 @@ def variant_images(images: np.ndarray, variant: str, seed: int) -> np.ndarray:
         x = g.normalize_glyphs(images).astype(np.float32) / 255.0
     elif variant == "grey":
         x = grey_glyphs(images)
+    elif variant == "grey_saturated":
+        x = grey_glyphs(images, saturate=0.5)
     elif variant.startswith("threshold_"):
         x = g.normalize_glyphs(images, threshold=float(variant.split("_")[1])).astype(np.float32) / 255.0
     elif variant == "no_despeckle":

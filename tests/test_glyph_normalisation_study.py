@@ -56,6 +56,19 @@ def test_grey_keeps_the_ink_level_the_glyph_throws_away():
     assert study.grey_glyphs(faint).max() == pytest.approx(study.grey_glyphs(images[:1]).max() * 128 / 255, rel=1e-5)
 
 
+def test_saturated_grey_draws_half_strength_ink_as_full_and_keeps_fainter_levels():
+    images, _ = shapes(1)
+    full = images[:1]
+    half = (full // 255 * 128).astype(np.uint8)                 # 0.502: at or above the saturation
+    assert np.array_equal(study.grey_glyphs(half, saturate=0.5), study.grey_glyphs(full))
+    ramp = full.copy()
+    ramp[0, :, :20] = ramp[0, :, :20] // 255 * 100             # the shape's left part at 0.39 of full ink
+    sat = study.grey_glyphs(ramp, saturate=0.5)
+    plain = study.grey_glyphs(ramp)
+    assert np.array_equal(study.grey_glyphs(full, saturate=0.5), study.grey_glyphs(full))   # full ink unchanged
+    assert (sat >= plain - 1e-6).all() and (sat > plain + 1e-3).any()   # the faint part lifted (x 1/0.5), not cut
+
+
 def test_uncropped_keeps_position_and_equals_the_glyph_when_the_ink_fills_the_frame():
     img = np.zeros((1, 40, 40), dtype=np.uint8)
     img[0, 5:15, 5:15] = 255

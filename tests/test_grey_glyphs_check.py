@@ -35,6 +35,10 @@ def test_the_swap_reaches_lm_glyph_blocks_and_is_undone_even_after_an_error():
         grey = lm_clusterer.glyph_blocks(images, skeleton=False)[0]
     assert np.array_equal(grey, check.grey_uint8(images).reshape(2, -1))
     assert grey[1].max() < grey[0].max()                           # grey: the faint stroke stays faint
+    with check.lm_glyphs("grey", saturate=0.4):                   # 110 / 255 >= 0.4: the faint stroke is full ink
+        saturated = lm_clusterer.glyph_blocks(images, skeleton=False)[0]
+    assert np.array_equal(saturated[0], saturated[1])
+    assert np.array_equal(saturated, check.grey_uint8(images, saturate=0.4).reshape(2, -1))
     with pytest.raises(RuntimeError):
         with check.lm_glyphs("grey"):
             raise RuntimeError("a fit failed")
@@ -47,6 +51,10 @@ def test_markdown_on_known_fits():
     row = next(line for line in check.markdown(table, [0, 1], "float32").splitlines() if line.startswith("| digits"))
     assert row == "| digits | 10 | 0.820 ± 0.020 | 21 | 0.850 ± 0.000 | 18 | +0.030 | 65, 67 |"
     assert check.encoder_dtype() in ("float32", "bfloat16")
+    assert "binarised at the ink threshold) and with" in check.markdown(table, [0, 1], "float32")
+    assert "every level at or above 0.5 drawn as full ink (`--saturate`); nothing else changed" in \
+        check.markdown(table, [0, 1], "float32", 0.5)
+    assert "`), nothing else changed" in check.markdown(table, [0, 1], "float32")
 
 
 def test_a_changed_study_needs_its_own_out_and_a_bad_corpus_is_one_line(capsys):
@@ -56,3 +64,9 @@ def test_a_changed_study_needs_its_own_out_and_a_bad_corpus_is_one_line(capsys):
     with pytest.raises(SystemExit):
         check.main(["--corpora", "latin_hands@typo", "--out", "/tmp/never.md"])
     assert "the only tag is @unseen" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        check.main(["--saturate", "1.5", "--out", "/tmp/never.md"])
+    assert capsys.readouterr().err.strip() == "error: --saturate 1.5: expected a grey level in (0, 1]"
+    with pytest.raises(SystemExit):
+        check.main(["--saturate", "0.5"])                           # another study: its own --out
+    assert capsys.readouterr().err.strip().endswith("give it its own --out")
