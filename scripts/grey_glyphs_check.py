@@ -48,8 +48,9 @@ DEFAULT_CORPORA = ("digits", "mnist_test", "latin_hands@unseen", "cyrillic_hands
 VARIANTS = ("binary", "grey")
 
 
-def grey_uint8(images: np.ndarray, saturate: float | None = None, **_) -> np.ndarray:
-    """``grey_glyphs`` as ``normalize_glyphs`` returns its glyphs: uint8 (m, 32, 32)."""
+def grey_uint8(images: np.ndarray, saturate: float | None = None) -> np.ndarray:
+    """``grey_glyphs`` as ``normalize_glyphs`` returns its glyphs: uint8 (m, 32, 32). No other option of
+    ``normalize_glyphs`` is taken: a call in lm that passed one would fail here rather than be ignored."""
     return np.clip(np.rint(grey_glyphs(images, saturate=saturate) * 255.0), 0, 255).astype(np.uint8)
 
 
