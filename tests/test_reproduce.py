@@ -193,6 +193,65 @@ def test_paper_verdicts_hold_another_cpus_figure_to_the_cross_cpu_tolerance(tmp_
     assert verdict(0.785, None) == (True, 0.02, "same setting")
 
 
+def test_encoder_precision_follows_the_cpus_bf16_hardware():
+    def record(flags):
+        return {"cpu": {"vector extensions": flags}}
+    assert rp.encoder_precision(record("avx avx2 avx512_bf16 avx512f fma")) == "bf16"
+    assert rp.encoder_precision(record("amx_bf16 amx_int8 amx_tile avx512f")) == "bf16"
+    assert rp.encoder_precision(record("avx avx2 avx512f avx512vl fma")) == "fp32"
+    assert rp.encoder_precision(record("avx avx2 fma sse")) == "fp32"
+    assert rp.encoder_precision(None) is None
+    # the configured rows: lm's (encoder_precision auto), none of the others
+    rows = rp.table_rows(CFG)
+    chosen = rp.precision_rows(PARAMS, rows)
+    assert chosen and all(run == "lm" for run, _ in chosen)
+    assert set(chosen) == {(run, corpus) for run, corpus in rows if run == "lm"}
+
+
+def test_a_row_committed_in_another_precision_is_judged_against_that_precisions_reference(tmp_path):
+    """lm's committed fit trained its encoder in bf16; this run's CPU has no bf16 hardware. With a
+    float32 reference of the row, the verdicts compare with it (and say so); without one, with the
+    committed fit under reproduce.cross_cpu, as any fit from another CPU; when the precisions agree
+    the reference is never read."""
+    bf16 = {"cpu": {"model": "committing", "vector extensions": "avx2 avx512_bf16 avx512f"}}
+    fp32 = {"cpu": {"model": "this", "vector extensions": "avx avx2 fma"}}
+    cross = {"v_measure": 0.05, "fixed_k_v_measure": 0.05, "ari": 0.1, "k_found": 0.35}
+
+    def metrics(v, k):
+        return {"per_seed": {"seed0": {"v_measure": v, "k_found": k}}, "mean": {"v_measure": v, "k_found": k}}
+
+    reports, reference = tmp_path / "reports", tmp_path / "reports" / "reproduce_fp32"
+    write_json(reports / "metrics" / "lm_cypriot.json", metrics(0.880, 51))
+    write_json(reports / "timings" / "lm_cypriot.json", {"platform": bf16})
+    doc = {**metrics(0.861, 88), "method": "lm", "corpus": "cypriot",
+           "ci": {"reduced": False, "tolerance": 0.001, "figures": ["v_measure", "k_found"], "platform": fp32}}
+
+    def verdicts(references, platform=fp32):
+        d = {**doc, "ci": {**doc["ci"], "platform": platform}}
+        return [(v["what"], v["committed"], v["ok"], v["tolerance"], v["note"])
+                for v in rp.table_verdicts([d], reports / "metrics", cross, references)]
+
+    # no reference: the committed bf16 fit, held to cross_cpu: K 88 against 51 fails
+    assert [v[2] for v in verdicts({})] == [True, False]
+    # the reference made on this very CPU: same-CPU tolerance, both hold
+    write_json(reference / "metrics" / "lm_cypriot.json", metrics(0.861, 88))
+    write_json(reference / "timings" / "lm_cypriot.json", {"platform": fp32})
+    note = "seed 0 vs committed seed 0; fp32 reference reproduce_fp32/ (the committed fit: bf16)"
+    assert verdicts({"fp32": reference}) == [("lm on cypriot: v_measure", 0.861, True, 0.001, note),
+                                             ("lm on cypriot: k_found", 88, True, 0.001, note)]
+    # made on another float32 CPU: held to cross_cpu against the reference
+    write_json(reference / "timings" / "lm_cypriot.json", {"platform": {**fp32, "cpu": {**fp32["cpu"], "model": "x"}}})
+    write_json(reference / "metrics" / "lm_cypriot.json", metrics(0.85, 60))
+    got = verdicts({"fp32": reference})
+    assert [v[2:4] for v in got] == [(True, 0.05), (False, 0.35 * 60)]
+    assert got[0][4] == note + "; committed on another CPU: held to reproduce.cross_cpu"
+    # a bf16 CPU: the committed fit itself, whatever the references hold
+    assert [v[1] for v in verdicts({"fp32": reference}, platform=bf16)] == [0.880, 51]
+    # a reference without this row: the committed fit
+    (reference / "metrics" / "lm_cypriot.json").unlink()
+    assert [v[1] for v in verdicts({"fp32": reference})] == [0.880, 51]
+
+
 @needs_paper_data
 def test_dpgmm_on_the_papers_features_reproduces_its_study(tmp_path):
     """README (Baselines): the DP-GMM on the DeepDPM paper's own features (the `paper_umap` preset),

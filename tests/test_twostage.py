@@ -114,13 +114,18 @@ def test_stage2_heads_stay_fixed_and_outside_the_optimiser(monkeypatch):
         assert torch.equal(head.weight.detach(), init)
 
 
-def test_native_assignment_fills_every_cluster_on_three_separable_types():
-    """Three glyph types the stage-1 embedding separates: the stage-2 argmax must use all
-    three clusters (the trained cosine heads left one empty: K 2, V 0.73, on seeds 0-3)."""
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_native_assignment_fills_every_cluster_on_three_separable_types(seed):
+    """Three glyph types the stage-1 embedding separates: the stage-2 argmax of the head with the
+    lowest IIC loss must use all three clusters. 60 stage-2 epochs: at 25 most heads still sat on
+    the two-cluster plateau (-I near -log 2 = -0.69, against -log 3 = -1.10 for three) and seeds 0
+    and 3 ended there on an AVX2 CPU (K 2, V 0.73) while an AVX-512 one passed seed 0; at 60,
+    seeds 0-5 found the three types on the AVX2 CPU (V 1.0), each with two or more heads below
+    -0.92, so the best head's choice is what this checks (the highest-loss head fails seed 0)."""
     corpus = glyph_corpus()
     result = get_clusterer("twostage", rounds=2, epochs_per_round=4, ue_step_every=2,
-                           stage2_epochs=25, batch_size=20, width=8, dim=32).fit(
-        corpus, FitContext(seed=0, n_clusters=3, progress=False, device="cpu"))
+                           stage2_epochs=60, batch_size=20, width=8, dim=32).fit(
+        corpus, FitContext(seed=seed, n_clusters=3, progress=False, device="cpu"))
     assert result.info["k_found"] == 3
     assert np.bincount(result.labels).min() >= 15
     assert score(corpus.labels(), result.labels)["v_measure"] > 0.9

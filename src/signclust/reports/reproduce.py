@@ -23,11 +23,21 @@ How a reproduced figure is judged against the committed full-size one:
                 ``reproduce.cross_cpu`` instead: torch's kernels round differently on another
                 instruction set and a trained network drifts to another, equally likely result.
                 The verdict says so; the claims below are held as they are.
+  another precision  lm's encoder trains in bf16 where the CPU multiplies it in hardware
+                (AVX512-BF16 or AMX; ``encoder_precision: auto``) and in float32 elsewhere: another
+                computation, not another rounding (lm on cypriot, seed 0: K 51 in bf16, 88 in
+                float32). Where the committed fit's precision differs from this machine's and
+                ``reproduce.references.<this precision>`` (a folder under reports/) holds the row,
+                the row is judged against that reference: the same rows fitted at the committed
+                settings on a CPU of this precision (``--write-reference`` makes it), as above
+                (same CPU: ``tolerance``; another: ``cross_cpu``). The note names the committed fit.
   reduced       the committed mean over seeds of the figures the reduction names (``figures``,
                 default native V), within the tolerance stated next to the reduction.
   claims        the statements the README makes, checked on the CI figures: V(a) - V(b) >= margin
                 on a corpus, the number of types found within a share of the true one, a paper
                 figure matched within a distance.
+
+    python -m signclust.reports.reproduce --write-reference   # this precision's reference rows
 
 Writes reports/ci/comparison.md (+ metrics/*.json), reports/ci/paper_check.md (+ .json) and the
 verdicts in reports/ci/reproduction.md (+ .json); exits 1 when a verdict fails. The tests in
@@ -73,8 +83,10 @@ def reduced_params(params: dict, run: str, reduction: dict | None) -> dict:
     return params
 
 
-def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False) -> list[dict]:
-    """Fit and evaluate every row in a scratch folder; the metrics documents go to out/metrics/."""
+def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False,
+                    only: list[tuple[str, str]] | None = None) -> list[dict]:
+    """Fit and evaluate every row (``only``: those of them) in a scratch folder; the metrics
+    documents go to out/metrics/."""
     from signclust.data.corpus import Corpus
     from signclust.data.prepare import build
     from signclust.distances.stage import compute
@@ -92,6 +104,8 @@ def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False) 
                    if (run, corpus) not in configured)
     if stray:
         raise UserError(f"reproduce.first_seed_only names rows that reproduce.rows lacks: {', '.join(stray)}")
+    if only is not None:
+        rows = [row for row in rows if row in set(only)]
     eval_cfg = ev.config(params)
     dist = params["distances"]
     platform = numeric_platform()             # this machine, under the reproduction's thread count
@@ -138,6 +152,42 @@ def committed_platform(path: Path) -> dict | None:
     return json.loads(path.read_text()).get("platform") if path.exists() else None
 
 
+def encoder_precision(platform: dict | None) -> str | None:
+    """The precision ``encoder_precision: auto`` trains lm's encoder in on the CPU a platform record
+    describes: "bf16" where it has AVX512-BF16 or AMX (visual_encoder.native_bf16, which also honours
+    an ONEDNN_MAX_CPU_ISA cap the record does not keep), else "fp32"; None without a record."""
+    if not platform:
+        return None
+    flags = set(((platform.get("cpu") or {}).get("vector extensions") or "").split())
+    return "bf16" if flags & {"avx512_bf16", "amx_bf16", "amx_tile"} else "fp32"
+
+
+def precision_rows(params: dict, rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The rows whose run trains lm's encoder at ``encoder_precision: auto`` (their figures depend on
+    the CPU's bf16 hardware)."""
+    from signclust.models.base import get_clusterer
+    from signclust.models.train import run_config
+    out = []
+    for run, corpus in rows:
+        method, run_params, _ = run_config(run, params)
+        if get_clusterer(method, **run_params).params.get("encoder_precision") == "auto":
+            out.append((run, corpus))
+    return out
+
+
+def reference_for(doc: dict, committed_dir: Path, references: dict[str, Path] | None) -> tuple[Path, str]:
+    """(folder holding the metrics/ and timings/ a reproduced row is judged against, note). The
+    committed folder, unless the committed fit's encoder precision differs from this run's and the
+    reference folder of this run's precision holds the row."""
+    name = f"{doc['method']}_{doc['corpus']}.json"
+    here = encoder_precision(doc["ci"].get("platform"))
+    committed = encoder_precision(committed_platform(committed_dir.parent / "timings" / name))
+    folder = (references or {}).get(here)
+    if committed is None or here == committed or folder is None or not (folder / "metrics" / name).exists():
+        return committed_dir.parent, ""
+    return folder, f"; {here} reference {folder.name}/ (the committed fit: {committed})"
+
+
 def cross_cpu_verdict(key: str, value, ref, tolerance: float, cross: dict) -> tuple[bool, float, str]:
     """(holds, tolerance applied, note) of a figure that missed the same-CPU ``tolerance`` and whose
     committed figure was made on another CPU: within ``cross[key]`` (for K found: that share of the
@@ -148,24 +198,28 @@ def cross_cpu_verdict(key: str, value, ref, tolerance: float, cross: dict) -> tu
     return abs(value - ref) <= limit, limit, "; committed on another CPU: held to reproduce.cross_cpu"
 
 
-def table_verdicts(docs: list[dict], committed_dir: Path, cross: dict | None = None) -> list[dict]:
+def table_verdicts(docs: list[dict], committed_dir: Path, cross: dict | None = None,
+                   references: dict[str, Path] | None = None) -> list[dict]:
     """Same-setting rows: one verdict per reproduced seed and figure (``doc["ci"]["figures"]``),
     against the committed figure of that seed. Reduced rows: one per figure, their mean against the
     committed mean. A missing committed file, seed or figure fails. A row whose committed fits ran
     on another CPU (committed_dir/../timings/<run>_<corpus>.json) is held to ``cross``
-    (reproduce.cross_cpu) where the same-CPU tolerance fails."""
+    (reproduce.cross_cpu) where the same-CPU tolerance fails. A row whose committed fit trained lm's
+    encoder in another precision is judged against ``references[this precision]`` where that holds it
+    (``reference_for``)."""
     out = []
     for doc in docs:
         run, corpus, ci = doc["method"], doc["corpus"], doc["ci"]
         keys = list(ci.get("figures") or ["v_measure"])
-        path = committed_dir / f"{run}_{corpus}.json"
+        folder, via = reference_for(doc, committed_dir, references)
+        path = folder / "metrics" / f"{run}_{corpus}.json"
         committed = json.loads(path.read_text()) if path.exists() else None
-        same_cpu = committed_platform(committed_dir.parent / "timings" / path.name) == ci.get("platform")
+        same_cpu = committed_platform(folder / "timings" / path.name) == ci.get("platform")
         if ci["reduced"]:
-            pairs = [(None, key, doc["mean"].get(key), f"reduced ({_overrides(ci['overrides'])}) vs committed mean")
+            pairs = [(None, key, doc["mean"].get(key), f"reduced ({_overrides(ci['overrides'])}) vs committed mean{via}")
                      for key in keys]
         else:
-            pairs = [(int(s[4:]), key, v.get(key), f"seed {s[4:]} vs committed seed {s[4:]}")
+            pairs = [(int(s[4:]), key, v.get(key), f"seed {s[4:]} vs committed seed {s[4:]}{via}")
                      for s, v in doc["per_seed"].items() for key in keys]
         for seed, key, value, note in pairs:
             base = {"part": "table", "what": f"{run} on {corpus}: {key}", "tolerance": ci["tolerance"]}
@@ -333,7 +387,9 @@ def _reproduce(params: dict, cfg: dict, out: Path, parts, progress: bool, report
         text = table.render_markdown(docs, (params.get("report") or {}).get("methods"),
                                      source="python -m signclust.reports.reproduce (CI-sized)")
         atomic_write_text(out / "comparison.md", text)
-        verdicts += table_verdicts(docs, reports / "metrics", cfg.get("cross_cpu")) + claim_verdicts(docs, cfg)
+        references = {k: reports / v for k, v in (cfg.get("references") or {}).items()}
+        verdicts += (table_verdicts(docs, reports / "metrics", cfg.get("cross_cpu"), references)
+                     + claim_verdicts(docs, cfg))
         seconds["table"] = time.time() - t0
     if "paper" in parts:
         t0 = time.time()
@@ -346,13 +402,46 @@ def _reproduce(params: dict, cfg: dict, out: Path, parts, progress: bool, report
     return doc
 
 
+def write_reference(params: dict, reports: Path, progress: bool = False) -> Path:
+    """Fit the rows of ``precision_rows`` as ``reproduce`` does and keep them as this machine's
+    precision's reference (``reproduce.references.<precision>`` under ``reports``): metrics/ and
+    timings/ (the platform record), one file per row, as the committed folders hold them."""
+    cfg = params.get("reproduce") or {}
+    with torch_threads(cfg.get("threads")):
+        here = encoder_precision(numeric_platform())
+        name = (cfg.get("references") or {}).get(here)
+        if name is None:
+            raise UserError(f"this CPU trains lm's encoder in {here}, and reproduce.references has no "
+                            f"folder for {here}")
+        folder = reports / name
+        rows = precision_rows(params, table_rows(cfg))
+        with tempfile.TemporaryDirectory(prefix="signclust-ref-") as scratch:
+            docs = reproduce_table(params, cfg, Path(scratch), progress, only=rows)
+        for doc in docs:
+            ci = doc.pop("ci")
+            file = f"{doc['method']}_{doc['corpus']}.json"
+            write_json(folder / "metrics" / file, doc)
+            write_json(folder / "timings" / file, {
+                "note": f"the committed settings' fit with lm's encoder in {here}: the reference of "
+                        "signclust.reports.reproduce for a CPU of this precision",
+                "seconds": ci["seconds"], "platform": ci["platform"]})
+    return folder
+
+
 @cli_main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=PARTS, help="one part (default both)")
     ap.add_argument("--out", type=Path, help="default reports/ci")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--write-reference", action="store_true",
+                    help="fit the rows whose lm encoder trains at encoder_precision auto and write them to "
+                         "reports/<reproduce.references.<this CPU's precision>>; nothing else runs")
     args = ap.parse_args(argv)
+    if args.write_reference:
+        folder = write_reference(load_params(), REPO_ROOT / "reports", progress=not args.no_progress)
+        print(f"reference rows -> {folder}")
+        return 0
     out = args.out or REPO_ROOT / "reports" / "ci"
     params = load_params()
     parts = (args.only,) if args.only else PARTS
