@@ -175,17 +175,20 @@ def precision_rows(params: dict, rows: list[tuple[str, str]]) -> list[tuple[str,
     return out
 
 
-def reference_for(doc: dict, committed_dir: Path, references: dict[str, Path] | None) -> tuple[Path, str]:
-    """(folder holding the metrics/ and timings/ a reproduced row is judged against, note). The
-    committed folder, unless the committed fit's encoder precision differs from this run's and the
-    reference folder of this run's precision holds the row."""
+def reference_for(doc: dict, committed_dir: Path,
+                  references: dict[str, Path] | None) -> tuple[Path, Path, str]:
+    """(folder of the metrics, folder of the timings a reproduced row is judged against, note): the
+    committed ones (``committed_dir``, its sibling timings/), unless the committed fit's encoder
+    precision differs from this run's and the reference folder of this run's precision holds the
+    row (its metrics/ and timings/)."""
     name = f"{doc['method']}_{doc['corpus']}.json"
+    timings = committed_dir.parent / "timings"
     here = encoder_precision(doc["ci"].get("platform"))
-    committed = encoder_precision(committed_platform(committed_dir.parent / "timings" / name))
+    committed = encoder_precision(committed_platform(timings / name))
     folder = (references or {}).get(here)
     if committed is None or here == committed or folder is None or not (folder / "metrics" / name).exists():
-        return committed_dir.parent, ""
-    return folder, f"; {here} reference {folder.name}/ (the committed fit: {committed})"
+        return committed_dir, timings, ""
+    return folder / "metrics", folder / "timings", f"; {here} reference {folder.name}/ (the committed fit: {committed})"
 
 
 def cross_cpu_verdict(key: str, value, ref, tolerance: float, cross: dict) -> tuple[bool, float, str]:
@@ -211,10 +214,10 @@ def table_verdicts(docs: list[dict], committed_dir: Path, cross: dict | None = N
     for doc in docs:
         run, corpus, ci = doc["method"], doc["corpus"], doc["ci"]
         keys = list(ci.get("figures") or ["v_measure"])
-        folder, via = reference_for(doc, committed_dir, references)
-        path = folder / "metrics" / f"{run}_{corpus}.json"
+        metrics_dir, timings_dir, via = reference_for(doc, committed_dir, references)
+        path = metrics_dir / f"{run}_{corpus}.json"
         committed = json.loads(path.read_text()) if path.exists() else None
-        same_cpu = committed_platform(folder / "timings" / path.name) == ci.get("platform")
+        same_cpu = committed_platform(timings_dir / path.name) == ci.get("platform")
         if ci["reduced"]:
             pairs = [(None, key, doc["mean"].get(key), f"reduced ({_overrides(ci['overrides'])}) vs committed mean{via}")
                      for key in keys]
