@@ -210,9 +210,10 @@ def test_encoder_precision_follows_the_cpus_bf16_hardware():
 
 def test_a_row_committed_in_another_precision_is_judged_against_that_precisions_reference(tmp_path):
     """lm's committed fit trained its encoder in bf16; this run's CPU has no bf16 hardware. With a
-    float32 reference of the row, the verdicts compare with it (and say so); without one, with the
-    committed fit under reproduce.cross_cpu, as any fit from another CPU; when the precisions agree
-    the reference is never read."""
+    float32 reference of the row, the verdicts compare with it (and say so), and a figure that misses
+    it holds only if it holds against the committed fit; without one, with the committed fit under
+    reproduce.cross_cpu, as any fit from another CPU; when the precisions agree the reference is
+    never read."""
     bf16 = {"cpu": {"model": "committing", "vector extensions": "avx2 avx512_bf16 avx512f"}}
     fp32 = {"cpu": {"model": "this", "vector extensions": "avx avx2 fma"}}
     cross = {"v_measure": 0.05, "fixed_k_v_measure": 0.05, "ari": 0.1, "k_found": 0.35}
@@ -245,6 +246,14 @@ def test_a_row_committed_in_another_precision_is_judged_against_that_precisions_
     got = verdicts({"fp32": reference})
     assert [v[2:4] for v in got] == [(True, 0.05), (False, 0.35 * 60)]
     assert got[0][4] == note + "; committed on another CPU: held to reproduce.cross_cpu"
+    # a figure that misses the reference but holds against the committed fit holds, and says which
+    write_json(reports / "metrics" / "lm_cypriot.json", metrics(0.880, 80))
+    write_json(reference / "metrics" / "lm_cypriot.json", metrics(0.861, 150))
+    k = verdicts({"fp32": reference})[1]
+    assert k[1:3] == (80, True)
+    assert k[4] == ("seed 0 vs committed seed 0; committed on another CPU: held to reproduce.cross_cpu; "
+                    "missed the reference (150); fp32 reference reproduce_fp32/ (the committed fit: bf16)")
+    write_json(reports / "metrics" / "lm_cypriot.json", metrics(0.880, 51))
     # a bf16 CPU: the committed fit itself, whatever the references hold
     assert [v[1] for v in verdicts({"fp32": reference}, platform=bf16)] == [0.880, 51]
     # a reference without this row: the committed fit
