@@ -25,7 +25,8 @@ How a reproduced figure is judged against the committed full-size one:
                 The verdict says so; the claims below are held as they are.
   another precision  lm's encoder trains in bf16 where the CPU multiplies it in hardware
                 (AVX512-BF16 or AMX; ``encoder_precision: auto``) and in float32 elsewhere: another
-                computation, not another rounding (README, *Paper tables in CI*). Where the committed fit's precision differs from this machine's and
+                computation, not another rounding (README, *Paper tables in CI*). Where the
+                committed fit's precision differs from this machine's and
                 ``reproduce.references.<this precision>`` (a folder under reports/) holds the row,
                 the row is judged against that reference: the same rows fitted at the committed
                 settings on a CPU of this precision (``--write-reference`` makes it), as above
