@@ -261,6 +261,17 @@ def test_a_row_committed_in_another_precision_is_judged_against_that_precisions_
     assert [v[1] for v in verdicts({"fp32": reference})] == [0.880, 51]
 
 
+def test_write_reference_refuses_a_precision_without_a_reference_folder(tmp_path, monkeypatch):
+    """--write-reference on a bf16 CPU when reproduce.references names only fp32: one error naming
+    the precision, before anything is fitted or written."""
+    monkeypatch.setattr(rp, "numeric_platform", lambda: {"cpu": {"vector extensions": "avx512f avx512_bf16"}})
+    monkeypatch.setattr(rp, "reproduce_table", lambda *a, **k: pytest.fail("fitted"))
+    params = {**PARAMS, "reproduce": {**CFG, "references": {"fp32": "reproduce_fp32"}}}
+    with pytest.raises(UserError, match="trains lm's encoder in bf16, and reproduce.references has no folder for bf16"):
+        rp.write_reference(params, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 @needs_paper_data
 def test_dpgmm_on_the_papers_features_reproduces_its_study(tmp_path):
     """README (Baselines): the DP-GMM on the DeepDPM paper's own features (the `paper_umap` preset),
