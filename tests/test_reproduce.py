@@ -261,6 +261,53 @@ def test_a_row_committed_in_another_precision_is_judged_against_that_precisions_
     assert [v[1] for v in verdicts({"fp32": reference})] == [0.880, 51]
 
 
+def test_a_precision_reference_written_from_other_code_is_not_read(tmp_path):
+    """A reference whose fit stamp is not this run's (lm's code, its settings or the corpus changed
+    since --write-reference) is not read: the verdicts are against the committed fit, as with no
+    reference, and their note says why; with the stamp of this run it is read."""
+    bf16 = {"cpu": {"model": "committing", "vector extensions": "avx2 avx512_bf16 avx512f"}}
+    fp32 = {"cpu": {"model": "this", "vector extensions": "avx avx2 fma"}}
+    cross = {"v_measure": 0.05, "k_found": 0.35}
+
+    def metrics(v, k):
+        return {"per_seed": {"seed0": {"v_measure": v, "k_found": k}}, "mean": {"v_measure": v, "k_found": k}}
+
+    reports, reference = tmp_path / "reports", tmp_path / "reports" / "reproduce_fp32"
+    write_json(reports / "metrics" / "lm_cypriot.json", metrics(0.880, 51))
+    write_json(reports / "timings" / "lm_cypriot.json", {"platform": bf16})
+    write_json(reference / "metrics" / "lm_cypriot.json", metrics(0.861, 88))
+    write_json(reference / "timings" / "lm_cypriot.json", {"platform": fp32, "stamp": "written"})
+
+    def verdicts(stamp):
+        doc = {**metrics(0.861, 88), "method": "lm", "corpus": "cypriot",
+               "ci": {"reduced": False, "tolerance": 0.001, "figures": ["v_measure", "k_found"],
+                      "platform": fp32, "stamp": stamp}}
+        return [(v["committed"], v["ok"], v["note"])
+                for v in rp.table_verdicts([doc], reports / "metrics", cross, {"fp32": reference})]
+
+    stale = verdicts("this run")
+    assert [v[:2] for v in stale] == [(0.880, True), (51, False)]     # K 88 against the committed 51
+    assert all("fp32 reference reproduce_fp32/ not read: written from other code, settings or corpus "
+               "than this run's (--write-reference on a fp32 CPU renews it)" in v[2] for v in stale)
+    assert [v[:2] for v in verdicts("written")] == [(0.861, True), (88, True)]
+
+
+def test_fit_stamp_follows_the_code_settings_and_corpus_not_the_seed():
+    """The stamp a reference is written with: the same for the same run, settings and corpus; another
+    for another setting of the run, another run, or another corpus (checkpoint.fit_key without its
+    context); no seed enters it."""
+    from conftest import make_tiny_corpus
+    corpus, other = make_tiny_corpus(seed=0), make_tiny_corpus(seed=1)
+    params = copy.deepcopy(PARAMS)
+    stamp = rp.fit_stamp("lm", params, corpus)
+    assert len(stamp) == 64 and stamp == rp.fit_stamp("lm", copy.deepcopy(PARAMS), corpus)
+    assert rp.fit_stamp("lm", params, other) != stamp
+    assert rp.fit_stamp("ward_glyphs", params, corpus) != stamp
+    params["runs"]["lm"] = {**params["runs"]["lm"],
+                            "params": {**(params["runs"]["lm"].get("params") or {}), "w_lm": 0.5}}
+    assert rp.fit_stamp("lm", params, corpus) != stamp
+
+
 def test_write_reference_refuses_a_precision_without_a_reference_folder(tmp_path, monkeypatch):
     """--write-reference on a bf16 CPU when reproduce.references names only fp32: one error naming
     the precision, before anything is fitted or written."""

@@ -32,6 +32,8 @@ How a reproduced figure is judged against the committed full-size one:
                 settings on a CPU of this precision (``--write-reference`` makes it), as above
                 (same CPU: ``tolerance``; another: ``cross_cpu``); a figure that misses the
                 reference holds where it holds against the committed fit. The note says which.
+                A reference is read only by a run of the code, settings and corpus it was
+                written from (``fit_stamp``, kept in its timings/ record); a stale one is not.
   reduced       the committed mean over seeds of the figures the reduction names (``figures``,
                 default native V), within the tolerance stated next to the reduction.
   claims        the statements the README makes, checked on the CI figures: V(a) - V(b) >= margin
@@ -51,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import hashlib
 import json
 import tempfile
 import time
@@ -82,6 +85,19 @@ def reduced_params(params: dict, run: str, reduction: dict | None) -> dict:
     spec = params["runs"][run] = dict(params["runs"].get(run) or {})
     spec["params"] = deep_update(spec.get("params") or {}, reduction.get("params") or {})
     return params
+
+
+def fit_stamp(run: str, params: dict, corpus) -> str:
+    """sha256 of what a row's fits are made from: their checkpoint key (``checkpoint.fit_key``: the
+    method's code, its resolved parameters, the corpus's images and tokens) without the seed. A
+    precision reference is read only by a run whose stamp is the one it was written with."""
+    from signclust.models.base import FitContext, get_clusterer
+    from signclust.models.checkpoint import fit_key
+    from signclust.models.train import run_config
+    method, run_params, _ = run_config(run, params)
+    key = fit_key(get_clusterer(method, **run_params), corpus, FitContext())
+    del key["context"]                       # the seed, K and device: the same rows at every seed
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
 def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False,
@@ -129,14 +145,16 @@ def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False,
             reduction = (cfg.get("reduced") or {}).get(run)
             t0 = time.time()
             run_seeds = seeds[:1] if run in first_only.get(name, ()) else seeds
-            train(run, name, run_seeds, reduced_params(params, run, reduction), corpus_dir, dist_dir,
+            run_params = reduced_params(params, run, reduction)
+            train(run, name, run_seeds, run_params, corpus_dir, dist_dir,
                   out_root=work / "runs", ckpt_root=None, progress=progress, experiment="reproduce")
             doc = ev.evaluate(built[name], work / "runs" / run / name, eval_cfg, run, name)
             doc["ci"] = {"reduced": bool(reduction), "overrides": (reduction or {}).get("params", {}),
                          "tolerance": float((reduction or {}).get("tolerance", cfg.get("tolerance", TOLERANCE))),
                          "figures": list((reduction or {}).get("figures", ["v_measure"]) if reduction
                                          else cfg.get("figures", FIGURES)),
-                         "seconds": time.time() - t0, "platform": platform}
+                         "seconds": time.time() - t0, "platform": platform,
+                         "stamp": fit_stamp(run, run_params, built[name])}
             write_json(ev.metrics_path(out, run, name), doc)
             docs.append(doc)
     return docs
@@ -182,7 +200,8 @@ def reference_for(doc: dict, committed_dir: Path,
     """(folder of the metrics, folder of the timings a reproduced row is judged against, note): the
     committed ones (``committed_dir``, its sibling timings/), unless the committed fit's encoder
     precision differs from this run's and the reference folder of this run's precision holds the
-    row (its metrics/ and timings/)."""
+    row (its metrics/ and timings/) and was written with this run's ``fit_stamp``: a reference made
+    from other code, settings or corpus is not read (the note says so)."""
     name = f"{doc['method']}_{doc['corpus']}.json"
     timings = committed_dir.parent / "timings"
     here = encoder_precision(doc["ci"].get("platform"))
@@ -190,6 +209,12 @@ def reference_for(doc: dict, committed_dir: Path,
     folder = (references or {}).get(here)
     if committed is None or here == committed or folder is None or not (folder / "metrics" / name).exists():
         return committed_dir, timings, ""
+    record = folder / "timings" / name
+    stamp = json.loads(record.read_text()).get("stamp") if record.exists() else None
+    if stamp != doc["ci"].get("stamp"):
+        return committed_dir, timings, (f"; {here} reference {folder.name}/ not read: written from other code, "
+                                        f"settings or corpus than this run's (--write-reference on a {here} "
+                                        f"CPU renews it)")
     return folder / "metrics", folder / "timings", f"; {here} reference {folder.name}/ (the committed fit: {committed})"
 
 
@@ -217,7 +242,7 @@ def table_verdicts(docs: list[dict], committed_dir: Path, cross: dict | None = N
     for doc in docs:
         metrics_dir, timings_dir, via = reference_for(doc, committed_dir, references)
         verdicts = _row_verdicts(doc, metrics_dir, timings_dir, via, cross)
-        if via and not all(v["ok"] for v in verdicts):        # the committed fit only where one missed
+        if metrics_dir != committed_dir and not all(v["ok"] for v in verdicts):  # the committed fit where one missed
             plain = _row_verdicts(doc, committed_dir, committed_dir.parent / "timings", "", cross)
             verdicts = [v if v["ok"] or not p["ok"] else
                         {**p, "note": p["note"] + f"; missed the reference ({_num(v['committed'], '{:.4f}')}){via}"}
@@ -443,7 +468,7 @@ def write_reference(params: dict, reports: Path, progress: bool = False) -> Path
             write_json(folder / "timings" / file, {
                 "note": f"the committed settings' fit with lm's encoder in {here}: the reference of "
                         "signclust.reports.reproduce for a CPU of this precision",
-                "seconds": ci["seconds"], "platform": ci["platform"]})
+                "seconds": ci["seconds"], "platform": ci["platform"], "stamp": ci["stamp"]})
     return folder
 
 
