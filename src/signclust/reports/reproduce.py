@@ -167,9 +167,14 @@ def committed_figure(committed: dict, seed: int | None, key: str) -> float | Non
     return (committed.get("per_seed") or {}).get(f"seed{seed}", {}).get(key)
 
 
+def timings_record(path: Path) -> dict:
+    """A committed timings or paper-check file ({}: absent)."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def committed_platform(path: Path) -> dict | None:
     """The ``platform`` record of a committed timings or paper-check file (None: absent)."""
-    return json.loads(path.read_text()).get("platform") if path.exists() else None
+    return timings_record(path).get("platform")
 
 
 def encoder_precision(platform: dict | None) -> str | None:
@@ -209,9 +214,7 @@ def reference_for(doc: dict, committed_dir: Path,
     folder = (references or {}).get(here)
     if committed is None or here == committed or folder is None or not (folder / "metrics" / name).exists():
         return committed_dir, timings, ""
-    record = folder / "timings" / name
-    stamp = json.loads(record.read_text()).get("stamp") if record.exists() else None
-    if stamp != doc["ci"].get("stamp"):
+    if timings_record(folder / "timings" / name).get("stamp") != doc["ci"].get("stamp"):
         return committed_dir, timings, (f"; {here} reference {folder.name}/ not read: written from other code, "
                                         f"settings or corpus than this run's (--write-reference on a {here} "
                                         f"CPU renews it)")
