@@ -1,0 +1,41 @@
+"""scripts/deepdpm_n2d_features.py: N2D's autoencoder as n2d.py builds it, and its codes (no DeepDPM fit)."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch.nn as nn
+
+from signclust.config import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("n2d_features", REPO_ROOT / "scripts" / "deepdpm_n2d_features.py")
+study = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(study)
+
+
+def test_the_autoencoder_is_n2ds_with_a_linear_code_and_output():
+    enc, dec = study.n2d_autoencoder(784, 10)
+    linears = [m for m in enc if isinstance(m, nn.Linear)] + [m for m in dec if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [
+        (784, 500), (500, 500), (500, 2000), (2000, 10), (10, 2000), (2000, 500), (500, 500), (500, 784)]
+    # ReLU after every layer but the code's and the output's
+    assert isinstance(enc[-1], nn.Linear) and isinstance(dec[-1], nn.Linear)
+    assert sum(isinstance(m, nn.ReLU) for m in enc) == 3 and sum(isinstance(m, nn.ReLU) for m in dec) == 3
+    assert all(float(m.bias.detach().abs().max()) == 0.0 for m in linears)
+
+
+def test_codes_are_one_per_image_and_follow_the_seed():
+    rng = np.random.default_rng(0)
+    images = (rng.random((64, 8, 8)) * 255).astype(np.uint8)
+    a = study.n2d_codes(images, 2, seed=3, batch_size=16)
+    assert a.shape == (64, 10)
+    assert np.array_equal(a, study.n2d_codes(images, 2, seed=3, batch_size=16))
+    assert not np.array_equal(a, study.n2d_codes(images, 2, seed=4, batch_size=16))
+
+
+def test_zero_autoencoder_epochs_is_one_error_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        study.main(["--ae-epochs", "0"])
+    assert exit_info.value.code != 0
+    assert "--ae-epochs must be at least 1" in capsys.readouterr().err
