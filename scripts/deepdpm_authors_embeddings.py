@@ -69,6 +69,14 @@ def safe_load(path: Path):
                         f"({type(err).__name__})") from None
 
 
+def fixed_subset(n: int, subset: int) -> np.ndarray:
+    """Sorted indices of ``subset`` of ``n`` points, the first of a fixed permutation (seed 0), so
+    that every study of these features clusters the same points (0 or at least n: all)."""
+    if subset and subset < n:
+        return np.sort(np.random.default_rng(0).permutation(n)[:subset])
+    return np.arange(n)
+
+
 def load(folder: Path, subset: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """The folder's features (L2 rows, DeepDPM.py's default transform) and labels, cut to ``subset``
     rows of a fixed permutation (seed 0; 0: all), and the files' blob hashes."""
@@ -81,9 +89,8 @@ def load(folder: Path, subset: int) -> tuple[np.ndarray, np.ndarray, dict]:
     y = np.asarray(safe_load(files["train_labels"]), dtype=np.int64)
     if x.ndim != 2 or len(x) != len(y):
         raise UserError(f"{folder}: expected (n, d) features and n labels, got {x.shape} and {y.shape}")
-    if subset and subset < len(x):
-        keep = np.sort(np.random.default_rng(0).permutation(len(x))[:subset])
-        x, y = x[keep], y[keep]
+    keep = fixed_subset(len(x), subset)
+    x, y = x[keep], y[keep]
     return l2_rows(x), y, {name: blob_hash(path) for name, path in files.items()}
 
 

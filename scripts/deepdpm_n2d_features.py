@@ -125,8 +125,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         features = n2d_features(images, args.ae_epochs, seed)
         feature_s = time.time() - t0
-        keep = (np.sort(np.random.default_rng(0).permutation(len(features))[:args.subset])
-                if args.subset and args.subset < len(features) else np.arange(len(features)))
+        keep = authors.fixed_subset(len(features), args.subset)
         x, y = l2_rows(features[keep]), y_all[keep]
         labels, run, seconds = authors.fit(x, seed, True)
         print(f"seed {seed}: features {feature_s:.0f} s; DeepDPM K {len(np.unique(labels))}, "
