@@ -102,8 +102,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads (the figures depend on it)")
     ap.add_argument("--out", type=Path, default=REPO / "reports" / "deepdpm_n2d_features.md")
     args = ap.parse_args(argv)
-    if args.ae_epochs < 1:
-        raise UserError(f"--ae-epochs must be at least 1, got {args.ae_epochs}")
+    for flag, value, low in (("--ae-epochs", args.ae_epochs, 1), ("--threads", args.threads, 1),
+                             ("--subset", args.subset, 0)):
+        if value < low:
+            raise UserError(f"{flag} must be at least {low}, got {value}")
     torch.set_num_threads(args.threads)
     images, y_all, _ = load_split(args.dataset)
     y_all = y_all.astype(np.int64)

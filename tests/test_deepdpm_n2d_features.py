@@ -34,8 +34,13 @@ def test_codes_are_one_per_image_and_follow_the_seed():
     assert not np.array_equal(a, study.n2d_codes(images, 2, seed=4, batch_size=16))
 
 
-def test_zero_autoencoder_epochs_is_one_error_line(capsys):
+@pytest.mark.parametrize("args, message", [(["--ae-epochs", "0"], "--ae-epochs must be at least 1, got 0"),
+                                           (["--threads", "0"], "--threads must be at least 1, got 0"),
+                                           (["--subset", "-5"], "--subset must be at least 0, got -5")])
+def test_a_bad_setting_is_one_error_line_before_any_work(tmp_path, capsys, args, message):
+    out = tmp_path / "report.md"
     with pytest.raises(SystemExit) as exit_info:
-        study.main(["--ae-epochs", "0"])
-    assert exit_info.value.code != 0
-    assert "--ae-epochs must be at least 1" in capsys.readouterr().err
+        study.main([*args, "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {message}"]
+    assert not out.exists()
