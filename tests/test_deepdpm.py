@@ -114,6 +114,23 @@ def test_umap_codes_are_what_is_clustered(tiny):
     assert np.array_equal(z, m.codes(tiny, ctx, *fit_setup(ctx)))
 
 
+@pytest.mark.slow                     # a fresh interpreter: numba loads UMAP's kernels again
+def test_umap_leaves_torch_at_the_thread_count_set():
+    """numba runs UMAP's kernels on OpenMP, torch's libgomp: once torch has used its thread pool (here a
+    product at the default count), numba's first launch in the process sets torch back to every core, and
+    the clustering after the UMAP step would run there, not at the count set (the figures depend on it;
+    a DeepDPM fit pinned to one thread ran at two). A fresh interpreter, so that the launch is the first."""
+    import subprocess
+    import sys
+    code = ("import numpy as np, torch; a = torch.randn(1000, 1000); (a @ a).sum(); torch.set_num_threads(1); "
+            "from signclust.models.baselines._codes import umap_embed; "
+            "umap_embed(np.random.default_rng(0).normal(size=(300, 10)), 3, 10, 0.0, 0); "
+            "print(torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1"]
+
+
 def _subcluster_grads(threads: int) -> list[torch.Tensor]:
     """Gradients of SubClusterNets' parameters for 4000 points over 3 clusters, on ``threads``."""
     from signclust.reports.reproduce import torch_threads
@@ -157,3 +174,4 @@ def test_a_one_sided_sub_cluster_net_does_not_block_the_split(fallback):
         assert [m["type"] for m in run.moves][:1] == ["split"]
     else:
         assert run.K == 1 and not run.moves
+

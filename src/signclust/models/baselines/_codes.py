@@ -112,10 +112,17 @@ def umap_embed(z: np.ndarray, dim: int, n_neighbors: int, min_dist: float, seed:
     dim = int(min(dim, n - 2))
     reducer = umap.UMAP(n_components=dim, n_neighbors=int(min(n_neighbors, n - 1)), min_dist=min_dist,
                         random_state=seed, n_jobs=1)
-    with warnings.catch_warnings():
-        # spectral initialisation falls back to random on a disconnected kNN graph; n_jobs with a seed
-        warnings.simplefilter("ignore")
-        out = reducer.fit_transform(z)
+    # UMAP's numba kernels run on OpenMP, the same libgomp as torch's: they reset its thread count to
+    # every core, and the fit that follows would train at that count, not at the one set (the figures
+    # depend on it, and a 1-thread job beside another then oversubscribes the cores)
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            # spectral initialisation falls back to random on a disconnected kNN graph; n_jobs with a seed
+            warnings.simplefilter("ignore")
+            out = reducer.fit_transform(z)
+    finally:
+        torch.set_num_threads(threads)
     return np.asarray(out, dtype=np.float64)
 
 
