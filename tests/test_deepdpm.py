@@ -175,3 +175,33 @@ def test_a_one_sided_sub_cluster_net_does_not_block_the_split(fallback):
     else:
         assert run.K == 1 and not run.moves
 
+
+@pytest.mark.parametrize("lr_steps", [0, 547])
+def test_a_split_is_learned_by_the_cluster_net_within_the_freeze(lr_steps):
+    """After a split both new clusters start as copies of the parent's output unit. At the paper's rate
+    (5e-4, set for 547 steps an epoch) and the 19 steps an epoch of 600 points, five frozen epochs leave
+    every point at about 0.8 of its own new cluster, and the M-step that follows mixes the two (on
+    10 000 MNIST codes one copy then took every point and was merged away, reports/deepdpm_split_lr.md);
+    with the rate kept per epoch (``cluster_lr_steps``, the paper presets' 547) the net has learned the
+    split when the freeze ends."""
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], [400, 200])                         # unequal halves: the parent's bias favours one
+    x = np.c_[6.0 * y, np.zeros(600)] + rng.normal(size=(600, 2))
+    x = (x - x.mean(axis=0)) / x.std()
+    torch.manual_seed(0)
+    split_at, freeze = _FAST["start_splitting"], dd.DeepDPM.DEFAULTS["freeze_after_move"]
+    run = _new_run(x, init_k=1, cluster_lr=5e-4, cluster_lr_steps=lr_steps, max_epochs=split_at + 1)
+    assert run.cluster_lr == pytest.approx(5e-4 * (lr_steps / 19 if lr_steps else 1.0))
+    run.train(FitContext(seed=0, progress=False))
+    assert run.K == 2 and v_measure_score(y, run.z) == 1.0      # the split, exactly the two blobs
+    z = run.z.copy()
+    run.cfg = {**run.cfg, "max_epochs": split_at + 1 + freeze}
+    run.train(FitContext(seed=0, progress=False), start=split_at + 1)
+    assert all(run._frozen(e) for e in range(split_at + 1, split_at + 1 + freeze))
+    with torch.no_grad():
+        own = run.cnet(run.xt).numpy()[np.arange(600), z]      # each point's responsibility of its cluster
+    if lr_steps:
+        assert own.mean() > 0.97, own.mean()
+    else:
+        assert 0.6 < own.mean() < 0.9, own.mean()
+    assert dd.DeepDPM.PRESETS["paper"]["cluster_lr_steps"] == dd.DeepDPM.PRESETS["paper_umap"]["cluster_lr_steps"] == 547
