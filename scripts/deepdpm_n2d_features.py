@@ -92,6 +92,14 @@ def n2d_features(images: np.ndarray, epochs: int, seed: int) -> np.ndarray:
     return umap_embed(n2d_codes(images, epochs, seed), 10, 20, 0.0, seed, name="n2d")
 
 
+def check_settings(args: argparse.Namespace) -> None:
+    """--ae-epochs and --threads at least 1, --subset at least 0: one error line before any work."""
+    for flag, value, low in (("--ae-epochs", args.ae_epochs, 1), ("--threads", args.threads, 1),
+                             ("--subset", args.subset, 0)):
+        if value < low:
+            raise UserError(f"{flag} must be at least {low}, got {value}")
+
+
 def _shown(path: Path) -> str:
     """``path`` as the report's command line shows it: relative to the repository where it lies inside."""
     try:
@@ -110,10 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads (the figures depend on it)")
     ap.add_argument("--out", type=Path, default=REPO / "reports" / "deepdpm_n2d_features.md")
     args = ap.parse_args(argv)
-    for flag, value, low in (("--ae-epochs", args.ae_epochs, 1), ("--threads", args.threads, 1),
-                             ("--subset", args.subset, 0)):
-        if value < low:
-            raise UserError(f"{flag} must be at least {low}, got {value}")
+    check_settings(args)
     torch.set_num_threads(args.threads)
     images, y_all, _ = load_split(args.dataset)
     y_all = y_all.astype(np.int64)

@@ -30,7 +30,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 from signclust.data.benchmarks import load_split  # noqa: E402
-from signclust.errors import UserError, cli_main  # noqa: E402
+from signclust.errors import cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
 from signclust.models.base import FitContext  # noqa: E402
@@ -89,10 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the figures depend on it)")
     ap.add_argument("--out", type=Path, default=REPO / "reports" / "deepdpm_split_lr.md")
     args = ap.parse_args(argv)
-    for flag, value, low in (("--ae-epochs", args.ae_epochs, 1), ("--threads", args.threads, 1),
-                             ("--subset", args.subset, 0)):
-        if value < low:
-            raise UserError(f"{flag} must be at least {low}, got {value}")
+    n2d.check_settings(args)
     data = [(folder.name, *authors.load(folder, args.subset)[:2]) for folder in args.dirs]   # checked first
     torch.set_num_threads(args.threads)
     images, y_all, _ = load_split("mnist_full")

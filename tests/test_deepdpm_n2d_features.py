@@ -37,10 +37,7 @@ def test_codes_are_one_per_image_and_follow_the_seed():
 @pytest.mark.parametrize("args, message", [(["--ae-epochs", "0"], "--ae-epochs must be at least 1, got 0"),
                                            (["--threads", "0"], "--threads must be at least 1, got 0"),
                                            (["--subset", "-5"], "--subset must be at least 0, got -5")])
-def test_a_bad_setting_is_one_error_line_before_any_work(tmp_path, capsys, args, message):
+def test_a_bad_setting_is_one_error_line_before_any_work(tmp_path, cli_error, args, message):
     out = tmp_path / "report.md"
-    with pytest.raises(SystemExit) as exit_info:
-        study.main([*args, "--out", str(out)])
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines() == [f"error: {message}"]
+    assert cli_error(study.main, [*args, "--out", str(out)], message) == f"error: {message}"
     assert not out.exists()

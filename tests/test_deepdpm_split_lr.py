@@ -33,20 +33,13 @@ def test_a_split_counts_as_kept_only_if_both_clusters_hold_points_before_the_nex
 
 @pytest.mark.parametrize("args, message", [(["--threads", "0"], "--threads must be at least 1, got 0"),
                                            (["--subset", "-1"], "--subset must be at least 0, got -1")])
-def test_a_bad_setting_is_one_error_line_before_any_work(tmp_path, capsys, args, message):
+def test_a_bad_setting_is_one_error_line_before_any_work(tmp_path, cli_error, args, message):
     out = tmp_path / "report.md"
-    with pytest.raises(SystemExit) as exit_info:
-        study.main([*args, "--out", str(out)])
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines() == [f"error: {message}"]
+    assert cli_error(study.main, [*args, "--out", str(out)], message) == f"error: {message}"
     assert not out.exists()
 
 
-def test_a_missing_authors_folder_is_one_error_line(tmp_path, capsys):
+def test_a_missing_authors_folder_is_one_error_line(tmp_path, cli_error):
     out = tmp_path / "report.md"
-    with pytest.raises(SystemExit) as exit_info:
-        study.main([str(tmp_path / "MNIST"), "--out", str(out)])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "train_data.pt not found" in err[0]
+    cli_error(study.main, [str(tmp_path / "MNIST"), "--out", str(out)], "train_data.pt not found")
     assert not out.exists()
