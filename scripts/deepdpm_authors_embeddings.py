@@ -94,14 +94,16 @@ def load(folder: Path, subset: int) -> tuple[np.ndarray, np.ndarray, dict]:
     return l2_rows(x), y, {name: blob_hash(path) for name, path in files.items()}
 
 
-def fit(x: np.ndarray, seed: int, fallback: bool) -> tuple[np.ndarray, dd._DPMRun, float]:
-    """One DeepDPM clustering run with the paper preset's settings; (labels, run, seconds)."""
-    cfg = {**dd.DeepDPM.DEFAULTS, **dd.DeepDPM.PRESETS["paper"], "proposal_fallback": fallback}
+def fit(x: np.ndarray, seed: int, fallback: bool, on_epoch=None, **overrides
+        ) -> tuple[np.ndarray, dd._DPMRun, float]:
+    """One DeepDPM clustering run with the paper preset's settings (and ``overrides``); (labels, run,
+    seconds). ``on_epoch(run)`` after every epoch, its move included."""
+    cfg = {**dd.DeepDPM.DEFAULTS, **dd.DeepDPM.PRESETS["paper"], "proposal_fallback": fallback, **overrides}
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     t0 = time.time()
     run = dd._DPMRun(x, cfg, seed, torch.device("cpu"), gen)
-    run.train(FitContext(seed=seed, progress=False))
+    run.train(FitContext(seed=seed, progress=False), save=None if on_epoch is None else lambda done: on_epoch(run))
     return run.predict(), run, time.time() - t0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,6 @@ from signclust.data.benchmarks import load_split  # noqa: E402
 from signclust.errors import cli_main  # noqa: E402
 from signclust.evaluation.metrics import score  # noqa: E402
 from signclust.io import atomic_write_text  # noqa: E402
-from signclust.models.base import FitContext  # noqa: E402
 from signclust.models.baselines import deepdpm as dd  # noqa: E402
 from signclust.models.baselines._codes import l2_rows  # noqa: E402
 
@@ -53,15 +51,10 @@ RATES = (0, 547)                          # cluster_lr_steps: the rate as given 
 def fit(x: np.ndarray, seed: int, lr_steps: int) -> tuple[np.ndarray, dd._DPMRun, list[np.ndarray], float]:
     """The `paper` preset with the split fallback and ``cluster_lr_steps``; (labels, run, the cluster
     sizes after every epoch, seconds)."""
-    cfg = {**dd.DeepDPM.DEFAULTS, **dd.DeepDPM.PRESETS["paper"], "proposal_fallback": True,
-           "cluster_lr_steps": lr_steps}
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    t0 = time.time()
-    run = dd._DPMRun(x, cfg, seed, torch.device("cpu"), gen)
     sizes: list[np.ndarray] = []
-    run.train(FitContext(seed=seed, progress=False), save=lambda done: sizes.append(np.bincount(run.z, minlength=run.K)))
-    return run.predict(), run, sizes, time.time() - t0
+    labels, run, seconds = authors.fit(x, seed, True, on_epoch=lambda r: sizes.append(np.bincount(r.z, minlength=r.K)),
+                                       cluster_lr_steps=lr_steps)
+    return labels, run, sizes, seconds
 
 
 def kept_splits(run: dd._DPMRun, sizes: list[np.ndarray]) -> list[tuple[int, int, int]]:

@@ -360,14 +360,13 @@ class DeepDPM(Clusterer):
         "psi_scale": Param(0.005, float, gt=0, doc="NIW scale factor"),
         "pi_prior_counts": Param(0.1, float, min=0, doc="Dirichlet pseudo-counts on pi"),
         "hidden": Param(50, int, min=1, doc="hidden units of the clustering and sub-clustering nets"),
-        # the authors' 5e-4 is tuned to MNIST's 547 steps/epoch; a 2k-7k corpus gives 10x fewer,
-        # and 5e-4 then cannot separate a split's two halves before the next move
+        # after a split both new clusters start as copies of their parent's output unit, and the net must
+        # tell them apart within the freeze_after_move epochs, or the M-step that follows sees each copy at
+        # half of every parent point and one copy takes them all (the next merge step merges the empty one
+        # away). How far Adam moves in those epochs is the rate times the steps: the authors' 5e-4 was set
+        # for MNIST's 547 steps an epoch, a 2k-7k corpus gives 10x fewer (hence this row's 5e-3), and
+        # cluster_lr_steps keeps a rate per epoch on a subset of the paper's data
         "cluster_lr": Param(5e-3, float, gt=0, doc="clustering net Adam learning rate"),
-        # after a split both new clusters start as copies of their parent's output unit; the net must
-        # tell them apart within the freeze_after_move epochs, or the M-step that follows sees each
-        # copy at half of every parent point and one copy takes them all (the new cluster empties, and
-        # the next merge step merges it away). How far Adam moves in those epochs is the rate times the
-        # steps, and a subset has fewer steps an epoch than the data the rate was set for
         "cluster_lr_steps": Param(0, int, min=0, doc="the steps an epoch cluster_lr was set for: the net "
                                   "runs at cluster_lr x cluster_lr_steps / its own steps an epoch (0: at "
                                   "cluster_lr; the paper presets: 547, MNIST's 70 000 codes at batch 128)"),
@@ -394,7 +393,7 @@ class DeepDPM(Clusterer):
         "psi_choice": "isotropic", "psi_scale": 0.005, "pi_prior_counts": 0.1,
         "hidden": 50, "cluster_lr": 5e-4, "subcluster_lr": 5e-3, "batch_size": 128,
         # ours, not the paper's: the authors' 5e-4 at 547 steps an epoch (all 70 000 MNIST codes, batch
-        # 128), kept per epoch on a subset; at 1 on the full data
+        # 128), kept per epoch on a subset (on all 70 000 the net runs at exactly 5e-4)
         "cluster_lr_steps": 547,
         "max_epochs": 500, "start_computing_params": 25, "start_sub_clustering": 45,
         "start_splitting": 55, "split_merge_every": 30, "freeze_after_move": 5,
