@@ -108,9 +108,10 @@ def main(argv=None):
     out = report_path(args.out, "gold_evidence_study.md", ("--corpora", "--seed", "--max-size"),
                       bool(args.corpora or args.seed or args.max_size != 3))
     _, row_cfg, _ = run_config("lm", params)
+    corpora = {name: load_corpus(name, params["prepare"]) for name in names}   # a missing one fails before any fit
     table = {}
-    for name in names:
-        table[name] = r = study(load_corpus(name, params["prepare"]), row_cfg, args.seed, args.max_size)
+    for name, corpus in corpora.items():
+        table[name] = r = study(corpus, row_cfg, args.seed, args.max_size)
         print(f"{name}: K {r['k']} (true {r['k_true']}), evidence fit {r['ev_fit']:.1f} gold {r['ev_gold']:.1f}",
               flush=True)
     text = markdown(table, args.seed, args.max_size)
