@@ -56,7 +56,9 @@ def study(corpus, row_cfg: dict, seed: int, max_size: int) -> dict:
     result, (x, texts, clean) = fit_keeping_features(clusterer, corpus, seed)
     if clean:
         raise UserError(f"{corpus.meta.get('name', 'corpus')}: a clean corpus has no selection evidence")
-    symbols = clusterer.evidence_symbols(x, clusterer.graph(x, seed), seed)
+    # the selection's symbols without its kNN graph and linkage tree: with no coarse symbols given,
+    # evidence_symbols draws the same Ward cut (coarse_symbols of x, select_symbols, seed) itself
+    symbols = clusterer.evidence_symbols(x, (None, None, None), seed)
     beta = clusterer.cfg.select_beta
     _, gold = np.unique(corpus.labels(), return_inverse=True)
     z = np.unique(np.asarray(result.labels), return_inverse=True)[1]
