@@ -41,3 +41,13 @@ def test_a_bad_setting_is_one_error_line_before_any_work(tmp_path, cli_error, ar
     out = tmp_path / "report.md"
     assert cli_error(study.main, [*args, "--out", str(out)], message) == f"error: {message}"
     assert not out.exists()
+
+
+def test_the_seeds_summary_reads_the_means_against_issue_10s_targets():
+    line = study.seeds_summary([(9, 0.885), (9, 0.888), (9, 0.890)], 10, 0.94)
+    assert line == ("DeepDPM over 3 seeds: K 9.0 ± 0.0 (true 10: -10%, within ±20%), NMI 0.888 ± 0.002 "
+                    "(paper 0.94: gap -0.052, outside 0.05).")
+    # the band's edges count as within: K 8 of 10 is -20%, NMI 0.63 against 0.68 a gap of -0.05
+    line = study.seeds_summary([(8, 0.63)], 10, 0.68)
+    assert line == ("DeepDPM over 1 seed: K 8.0 ± 0.0 (true 10: -20%, within ±20%), NMI 0.630 ± 0.000 "
+                    "(paper 0.68: gap -0.050, within 0.05).")
