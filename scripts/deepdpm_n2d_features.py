@@ -157,10 +157,10 @@ def main(argv=None) -> int:
         keep = authors.fixed_subset(len(features), args.subset)
         x, y = l2_rows(features[keep]), y_all[keep]
         labels, run, seconds = authors.fit(x, seed, True)
-        print(f"seed {seed}: features {feature_s:.0f} s; DeepDPM K {len(np.unique(labels))}, "
-              f"V {score(y, labels)['v_measure']:.3f}, {seconds:.0f} s", flush=True)
-        k_true = len(np.unique(y))
         fits.append((len(np.unique(labels)), score(y, labels)["v_measure"]))
+        print(f"seed {seed}: features {feature_s:.0f} s; DeepDPM K {fits[-1][0]}, V {fits[-1][1]:.3f}, "
+              f"{seconds:.0f} s", flush=True)
+        k_true = len(np.unique(y))
         rows = [("DeepDPM (fallback)", labels, seconds),
                 (f"k-means K={k_true} (true K)", faiss_kmeans(x.astype(np.float32), k_true, seed=0,
                                                               niter=50, nredo=3)[0], None),
