@@ -70,7 +70,7 @@ def study(corpus: Corpus, row_cfg: dict, seed: int, rare_max: int) -> dict:
     clusterer = get_clusterer("lm", **row_cfg)
     result, (x, _, clean) = fit_keeping_features(clusterer, corpus, seed)
     pair = result.info.get("pair_model")
-    micro = lm.micro_clusters(x, corpus.image_index(), clean, lm.PairModel(**pair) if pair else None,
+    micro = lm.micro_clusters(x, clusterer.hand_images(corpus)[1], clean, lm.PairModel(**pair) if pair else None,
                               clusterer.cfg, seed)
     return {**census(corpus.labels(), np.asarray(result.labels), micro, rare_max),
             "micro_k": int(len(np.unique(micro)))}

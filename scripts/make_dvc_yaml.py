@@ -36,6 +36,8 @@ CORE = ["src/signclust/models/train.py", "src/signclust/models/base.py", "src/si
 NETS = "src/signclust/models/baselines/_nets.py"
 CODES = "src/signclust/models/baselines/_codes.py"
 GLYPHS = "src/signclust/data/glyphs.py"
+# lm's hand normalisation (text_deslant): the slant and shear, and the importer's crop-and-centre it ends with
+SLANT = ["src/signclust/data/slant.py", "src/signclust/data/import_corpus.py"]
 MERGING = "src/signclust/models/merging.py"
 ENCODER = "src/signclust/models/visual_encoder.py"
 STYLE = "src/signclust/models/style_alignment.py"      # lm's pass after the fit
@@ -43,7 +45,8 @@ STYLE = "src/signclust/models/style_alignment.py"      # lm's pass after the fit
 METRIC = ["src/signclust/distances/l1.py", "src/signclust/distances/hamming.py", "src/signclust/distances/metrics.py"]
 # train group -> (rows, files besides CORE (``{run}`` = the row's method file), needs distances, models key, seed set)
 GROUPS = {
-    "lm": (["lm"], ["src/signclust/models/lm_clusterer.py", STYLE, ENCODER, MERGING, GLYPHS, NETS], False, False, None),
+    "lm": (["lm"], ["src/signclust/models/lm_clusterer.py", STYLE, ENCODER, MERGING, GLYPHS, *SLANT, NETS], False, False,
+           None),
     "lm_gradient": (["lm_v1", "lm_seed"], ["src/signclust/models/lm_gradient.py", GLYPHS, NETS] + METRIC,
                     True, False, None),
     "classical": (["ward_pixels", "ward_glyphs", "kmeans", "ward", "dpgmm"],
@@ -197,7 +200,7 @@ def build(params: dict) -> tuple[dict, dict]:
     f["ablation"] = {"foreach": ablate, "do": {
         "cmd": "python -m signclust.evaluation.ablation ${item}",
         "deps": ["data/corpora/${item}", "data/distances/${item}", "src/signclust/models/lm_clusterer.py", STYLE,
-                 ENCODER, MERGING, GLYPHS, NETS, "src/signclust/evaluation/ablation.py"] + EVALUATE[:2] + CORE,
+                 ENCODER, MERGING, GLYPHS, *SLANT, NETS, "src/signclust/evaluation/ablation.py"] + EVALUATE[:2] + CORE,
         "params": ["ablation", "runs.lm"] + EVALUATE_PARAMS,
         "outs": [out_file("reports/ablation_${item}.md"), out_file("reports/figures/ablation_${item}.png"),
                  out_file("reports/timings/ablation_${item}.json")],   # wall times: no stage reads them

@@ -62,12 +62,13 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
     from scipy.cluster.hierarchy import fcluster, linkage
     clusterer = get_clusterer("lm", **row_cfg)
     ctx = FitContext(seed=seed, progress=False)
-    x, texts, clean = clusterer.features(corpus, ctx)
+    hand = clusterer.hand_images(corpus)                  # the images lm reads, and each token's
+    x, texts, clean = clusterer.features(corpus, ctx, hand=hand)
     if clean:
         raise UserError(f"{name}: a clean corpus (its sign images recur exactly): lm fits no pair model there")
     labels = corpus.labels()                                        # (n,) integer codes 0..K-1
     # lm's own pair model: the one of the ratio test its selection keeps (LMSignClusterer.select)
-    kept = clusterer.select(x, texts, corpus.image_index(), ctx, time.time())
+    kept = clusterer.select(x, texts, hand[1], ctx, time.time())
     ratio = kept.info["pair_ratio"]
     pair = lm.corpus_pair_model(x, texts, ratio, seed)
     truth = lm.refit_pair_model(x, labels, texts, seed)
@@ -81,7 +82,7 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
         z = fcluster(tree, model.even_odds, "distance") - 1
         out[f"micro_k_{key}"] = int(z.max()) + 1
         out[f"micro_v_{key}"] = float(score(labels, z)["v_measure"])
-        types = kept.labels if key == "ours" else clusterer.cluster(x, texts, clean, corpus.image_index(), model, ctx).labels
+        types = kept.labels if key == "ours" else clusterer.cluster(x, texts, clean, hand[1], model, ctx).labels
         out[f"lm_k_{key}"] = int(types.max()) + 1
         out[f"lm_v_{key}"] = float(score(labels, types)["v_measure"])
     return out

@@ -51,7 +51,8 @@ def sweep(corpus: Corpus, row_cfg: dict, ratios: list[float], seed: int) -> dict
     cfg = clusterer.cfg
     check_ratios(ratios, cfg.pair_ratios)
     ctx = FitContext(seed=seed, progress=False)
-    x, texts, clean = clusterer.features(corpus, ctx)
+    hand = clusterer.hand_images(corpus)                  # the images lm reads, and each token's
+    x, texts, clean = clusterer.features(corpus, ctx, hand=hand)
     if clean:
         raise UserError("a clean corpus (its sign images recur exactly): lm fits no pair model there")
     labels = corpus.labels()
@@ -59,7 +60,7 @@ def sweep(corpus: Corpus, row_cfg: dict, ratios: list[float], seed: int) -> dict
     rows = [{"ratio": ratio, "k": int(result.k_found), "v": float(score(labels, result.labels)["v_measure"]),
              "evidence": evidence,
              "controlled": evidence - shuffled_evidence(result.labels, texts, symbols, cfg.select_beta, seed)}
-            for ratio, result, evidence in clusterer.candidates(x, texts, corpus.image_index(), ctx, ratios)]
+            for ratio, result, evidence in clusterer.candidates(x, texts, hand[1], ctx, ratios)]
     by_ratio = {r["ratio"]: r for r in rows}
     kept = max((by_ratio[r] for r in cfg.pair_ratios), key=lambda r: r["evidence"])   # the first of a tie, as fit
     return {"k_true": int(labels.max()) + 1, "rows": rows, "kept": kept["ratio"],

@@ -75,6 +75,10 @@ stopped predicting their neighbours (a script of hundreds of rare signs, whose v
 types are other signs).
 
 The visual side, all label-free and fitted per corpus:
+- a noisy corpus's images first lose their writer's slant (``text_deslant``): a writer leans every
+  sign of a text alike, so the median of the tokens' moment slants over a text, less the corpus's
+  median, is the hand's lean, and every token of the text is sheared upright by it (shrunk for short
+  texts), the slant correction handwriting recognisers start with.
 - features: normalised glyphs (ink, position, size removed) and their stroke skeletons
   (stroke width removed), PCA to ``feature_dim``. On a noisy corpus they sit, weighted by
   ``glyph_weight``, beside the features of a contrastive encoder trained on the corpus's own
@@ -115,6 +119,7 @@ from scipy.special import gammaln
 
 from signclust.data.corpus import Corpus
 from signclust.data.glyphs import normalize_glyphs, skeleton_glyphs
+from signclust.data.slant import moment_slants, shear_glyphs
 from signclust.errors import UserError
 from signclust.models.base import ClusterResult, Clusterer, FitContext, register
 from signclust.models.merging import apply_merges, disjoint_best
@@ -131,6 +136,10 @@ class LMConfig:
     feature_dim: int = config_field(32, int, min=1, doc="PCA components of [normalised glyph, skeleton]")
     skeleton: bool = config_field(True, bool, doc="add the stroke skeleton (stroke-width invariant)")
     text_centring: float = config_field(8.0, float, min=0, doc="shrinkage of the per-text offset removal (0: off)")
+    text_deslant: float = config_field(8.0, float, min=0,
+                                       doc="noisy corpus: shear every token upright by its text's slant (the median "
+                                           "moment slant of the text's tokens less the corpus's), shrunk by "
+                                           "n_t / (n_t + text_deslant) (0: off)")
     encoder_epochs: int = config_field(20, int, min=0,
                                        doc="noisy corpus: epochs of the contrastive glyph encoder (0: no encoder)")
     encoder_strength: float = config_field(0.5, float, min=0,
@@ -380,6 +389,19 @@ def text_centre(x: np.ndarray, text_index: np.ndarray, kappa: float) -> np.ndarr
     means = group_sums(x, text_index, len(n_t)) / np.maximum(n_t, 1)[:, None]
     shrink = (n_t / (n_t + kappa))[:, None]
     return (x - shrink[text_index] * (means[text_index] - x.mean(0))).astype(np.float32)
+
+
+def text_shears(slant: np.ndarray, text_index: np.ndarray, kappa: float) -> np.ndarray:
+    """(n,) each token's slant, (n,) its text -> (n,) the shear that undoes its hand's slant: the
+    median slant of its text less the median of the corpus, shrunk by n_t / (n_t + kappa) towards
+    none. One writer slants every sign of a text alike; the median over the text's signs leaves
+    each sign's own slant (a diagonal stroke, an italic form) where it is among the others."""
+    n_t = np.bincount(text_index)                       # every text holds a token (np.unique's inverse)
+    ranked = slant[np.lexsort((slant, text_index))]     # by text, each text's slants sorted
+    start = np.cumsum(n_t) - n_t
+    median = 0.5 * (ranked[start + (n_t - 1) // 2] + ranked[start + n_t // 2])
+    shrink = n_t / (n_t + kappa)
+    return (shrink * (median - np.median(slant)))[text_index]
 
 
 @dataclass
@@ -1097,22 +1119,38 @@ class LMSignClusterer(Clusterer):
         super().__init__(preset, **params)
         self.cfg = LMConfig(**self.params)
 
+    def hand_images(self, corpus: Corpus) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(images, image_index, clean): the images the visual side reads and the image of each token.
+        A clean corpus (its sign images recur exactly: fewer distinct images than ``clean_share`` x
+        tokens) keeps its distinct images. On a noisy one each text's slant is undone
+        (``text_deslant``): the tokens' moment slants, their text's median less the corpus's, each
+        token sheared by it (``text_shears``) -- one image per token, since one image may sit in
+        texts of different slants."""
+        cfg = self.cfg
+        images, image_index = np.asarray(corpus.images), corpus.image_index()
+        clean = len(images) <= cfg.clean_share * corpus.n_tokens
+        if clean or cfg.text_deslant <= 0:
+            return images, image_index, clean
+        text_index = np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1]
+        shear = text_shears(moment_slants(images)[image_index], text_index, cfg.text_deslant)
+        return shear_glyphs(images[image_index], shear), np.arange(corpus.n_tokens), clean
+
     def features(self, corpus: Corpus, ctx: FitContext, fitted: tuple = (),
-                 glyph_feats: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray], bool]:
+                 glyph_feats: np.ndarray | None = None,
+                 hand: tuple | None = None) -> tuple[np.ndarray, list[np.ndarray], bool]:
         """The visual side: (x, texts, clean). x (n, D) is each token's feature with its hand
         removed, texts the token indices of each non-empty text, clean whether the corpus's sign
         images recur exactly (then it has no pair model). ``fitted``: the labellings of earlier fits,
-        one encoder round each (``with_encoder``). ``glyph_feats``: the distinct images'
-        ``glyph_features`` when already computed (``fit``'s self rounds: they do not change)."""
+        one encoder round each (``with_encoder``). ``glyph_feats``, ``hand``: ``glyph_features`` of
+        the images and ``hand_images`` when already computed (``fit``'s self rounds: they do not change)."""
         cfg = self.cfg
         texts = [t for t in corpus.texts() if len(t)]
         text_index = np.unique(corpus.tokens["text_id"].to_numpy(), return_inverse=True)[1]
-        images = np.asarray(corpus.images)                                                 # distinct images
-        clean = len(images) <= cfg.clean_share * corpus.n_tokens
+        images, image_index, clean = self.hand_images(corpus) if hand is None else hand
         feats = glyph_features(images, cfg, ctx.seed) if glyph_feats is None else glyph_feats
         if not clean and cfg.encoder_epochs:
-            feats = with_encoder(feats, images, cfg, ctx, (corpus.image_index(), texts, text_index), fitted)
-        return text_centre(feats[corpus.image_index()], text_index, cfg.text_centring), texts, clean   # (n, D)
+            feats = with_encoder(feats, images, cfg, ctx, (image_index, texts, text_index), fitted)
+        return text_centre(feats[image_index], text_index, cfg.text_centring), texts, clean   # (n, D)
 
     def validate(self) -> None:
         if not self.params["pair_ratios"]:
@@ -1120,18 +1158,19 @@ class LMSignClusterer(Clusterer):
 
     def fit(self, corpus: Corpus, ctx: FitContext) -> ClusterResult:
         t0 = time.time()
-        glyph_feats = glyph_features(np.asarray(corpus.images), self.cfg, ctx.seed)    # (m, D), every round's
-        x, texts, clean = self.features(corpus, ctx, glyph_feats=glyph_feats)
+        images, image_index, _ = hand = self.hand_images(corpus)           # every round reads them
+        glyph_feats = glyph_features(images, self.cfg, ctx.seed)          # (m, D), likewise
+        x, texts, clean = self.features(corpus, ctx, glyph_feats=glyph_feats, hand=hand)
         if clean:
-            return self.cluster(x, texts, clean, corpus.image_index(), None, ctx, t0)
+            return self.cluster(x, texts, clean, image_index, None, ctx, t0)
         rounds = self.cfg.self_rounds if self.cfg.encoder_epochs else 0      # no encoder: nothing to self-train
         quiet = dataclasses.replace(ctx, log_metrics=None)                  # merge rounds: the last fit's only
-        result = self.select(x, texts, corpus.image_index(), quiet if rounds else ctx, t0)
+        result = self.select(x, texts, image_index, quiet if rounds else ctx, t0)
         fitted, ks = [], [result.info["k_found"]]
         for r in range(rounds):                          # self-training: the encoder learns the types found
             fitted.append(result.labels)
-            x, _, _ = self.features(corpus, ctx, tuple(fitted), glyph_feats)
-            result = self.select(x, texts, corpus.image_index(), ctx if r == rounds - 1 else quiet, t0)
+            x, _, _ = self.features(corpus, ctx, tuple(fitted), glyph_feats, hand)
+            result = self.select(x, texts, image_index, ctx if r == rounds - 1 else quiet, t0)
             ks.append(result.info["k_found"])
         if rounds:
             result.info["self_training_k"] = ks
