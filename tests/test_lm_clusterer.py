@@ -1759,3 +1759,102 @@ def test_a_clean_fit_splits_two_vowel_signs_out_of_one_type(monkeypatch):
     assert len(types(on, e)) == 1 and len(types(on, ii)) == 1 and types(on, e) != types(on, ii)
     assert on.info["form_splits"] >= 1 and on.info["k_found"] > off.info["k_found"]
     assert v_measure_score(gold, on.labels) > v_measure_score(gold, off.labels) + 0.005
+
+
+# -- split moves (``splits``, a noisy corpus) --------------------------------------------------------
+
+def test_two_means_cuts_two_blobs_the_same_way_every_time():
+    rng = np.random.default_rng(3)
+    x = np.r_[rng.normal(0, 0.3, (15, 4)), rng.normal(3, 0.3, (9, 4))]
+    side = L.two_means(x)
+    assert len(set(side[:15])) == 1 and len(set(side[15:])) == 1 and side[0] != side[-1]
+    assert np.array_equal(side, L.two_means(x))
+    assert not L.two_means(np.ones((6, 4))).any()                       # nothing to cut: one side
+
+
+def _two_signs_in_one_type(shared_texts: bool):
+    """Signs A (tokens near x = 0) and B (near x = 5), 8 tokens each, in one type 0 beside a filler
+    type 1 (one image); A is always followed by symbol 0, B by symbol 1, as a sign and the next.
+    Texts of 8 tokens, two runs of (sign, its follower, two fillers) each. ``shared_texts``: one A
+    run and one B run in every text (two signs of one hand); else two A runs in the first 4 texts
+    and two B runs in the last 4 (one sign by two hands)."""
+    texts, x, z, symbols = [], [], [], []
+    for t in range(8):
+        texts.append(np.arange(8 * t, 8 * t + 8))
+        for run in range(2):
+            is_b = run if shared_texts else int(t >= 4)
+            x += [[5.0 * is_b + 0.01 * t], [20.0], [20.0], [20.0]]
+            z += [0, 1, 1, 1]
+            symbols += [2, is_b, 2, 2]
+    return np.array(x), np.array(z), texts, np.array(symbols)
+
+
+def test_split_types_cuts_a_type_of_two_signs_that_share_texts_by_the_evidence_it_gains():
+    x, z, texts, symbols = _two_signs_in_one_type(shared_texts=True)
+    out, n = L.split_types(z, x, texts, symbols, beta=1.0, margin=2.0, avoid=2.0, fdr=0.05, seed=0)
+    sign_b = (x[:, 0] > 2) & (x[:, 0] < 10)
+    assert n == 1 and len(np.unique(out)) == 3
+    assert len(set(out[z == 0][~sign_b[z == 0]])) == 1 and len(set(out[sign_b])) == 1
+    assert out[sign_b][0] != out[(z == 0) & ~sign_b][0]
+    gain = L.neighbour_evidence(out, texts, symbols, 1.0) - L.neighbour_evidence(z, texts, symbols, 1.0)
+    # the gain is the negative of lm_gain over the symbols for the two halves
+    left, right = L.context_counts(out, texts, 3, symbols, 3)
+    alpha = L.context_prior(symbols, len(texts), 3, 1.0)
+    a, b = out[sign_b][0], out[(z == 0) & ~sign_b][0]
+    assert gain == pytest.approx(-float(L.lm_gain(left, right, alpha, np.array([a]), np.array([b]))[0]), rel=1e-9)
+    assert gain > 2.0
+    # a margin above the gain: nothing is cut
+    same, n0 = L.split_types(z, x, texts, symbols, beta=1.0, margin=gain + 0.01, avoid=2.0, fdr=0.05, seed=0)
+    assert n0 == 0 and np.array_equal(same, z)
+
+
+def test_split_types_leaves_halves_that_keep_to_different_texts():
+    # the same gain in evidence, but A and B never meet in a text: one sign by two hands
+    x, z, texts, symbols = _two_signs_in_one_type(shared_texts=False)
+    out, n = L.split_types(z, x, texts, symbols, beta=1.0, margin=2.0, avoid=2.0, fdr=0.05, seed=0)
+    assert n == 0 and np.array_equal(out, z)
+    cut, n_any = L.split_types(z, x, texts, symbols, beta=1.0, margin=2.0, avoid=1e9, fdr=0.05, seed=0)    # no text test
+    assert n_any == 1 and len(np.unique(cut)) == 3
+
+
+def test_benjamini_hochberg_against_the_step_up_rule_by_hand():
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        m = int(rng.integers(1, 12))
+        p = np.round(rng.random(m) ** 3, 3)
+        q = float(rng.choice([0.05, 0.2, 0.5]))
+        ranked = sorted(p)
+        last = max([i for i in range(1, m + 1) if ranked[i - 1] <= q * i / m], default=0)
+        want = p <= ranked[last - 1] if last else np.zeros(m, dtype=bool)
+        assert np.array_equal(L.benjamini_hochberg(p, q), want)
+    assert L.benjamini_hochberg(np.array([0.01, 0.02, 0.03, 0.5]), 0.05).tolist() == [True, True, True, False]
+    assert L.benjamini_hochberg(np.array([0.02, 0.5]), 0.05).tolist() == [True, False]       # 0.02 <= 1 x 0.05 / 2
+    assert L.benjamini_hochberg(np.array([0.03, 0.5]), 0.05).tolist() == [False, False]      # 0.03 > 0.025
+
+
+def test_split_types_random_cuts_hold_chance_cuts_near_their_rate():
+    """Contexts that do not depend on the visual halves: a type of 24 tokens (two visual groups of
+    12, one token of each in every text) whose neighbours are fillers with symbols drawn at random
+    from 10. The margin alone cuts about a fifth of such types by chance (the Dirichlet prior is
+    weak); with the p-value against random cuts of the same sizes (one type tried: p <= 0.05), about
+    1 in 20."""
+    rng = np.random.default_rng(7)
+    x = np.r_[np.zeros((12, 1)), np.ones((12, 1))] + rng.normal(0, 0.01, (24, 1))
+    x = np.r_[x, np.full((48, 1), 9.0)]                          # 48 fillers of type 1: one image
+    z = np.r_[np.zeros(24, int), np.ones(48, int)]
+    f = 24 + 4 * np.arange(12)                                   # each text: filler, a, filler, filler, b, filler
+    texts = [np.r_[f[t], t, f[t] + 1, f[t] + 2, 12 + t, f[t] + 3] for t in range(12)]
+    cuts = {1.0: 0, 0.05: 0}                     # fdr 1: every cut past the margin (the p-values unread)
+    for trial in range(300):
+        symbols = rng.integers(0, 10, 72)
+        for fdr in cuts:
+            cuts[fdr] += L.split_types(z, x, texts, symbols, 1.0, 2.0, 2.0, fdr, seed=trial)[1]
+    assert cuts[1.0] >= 45 and cuts[0.05] <= 0.08 * 300
+
+
+def test_splits_off_is_the_fit_without_them_and_on_reports_its_cuts():
+    corpus = hand_split_corpus(n_texts=12, length=20)
+    kw = dict(encoder_pair_rounds=0, self_rounds=0, style_alignment=False)
+    off, on = fit(corpus, splits=False, **kw), fit(corpus, split_margin=1e9, **kw)     # on: the default
+    assert np.array_equal(off.labels, on.labels) and "splits" not in off.info
+    assert on.info["splits"] == {"k_before": off.info["k_found"], "cuts": 0} and on.info["k_found"] == off.info["k_found"]

@@ -74,6 +74,13 @@ the end by more than ``path_margin`` nats -- the pair terms can keep gaining whe
 stopped predicting their neighbours (a script of hundreds of rare signs, whose visually nearest
 types are other signs).
 
+The merges only join, so a type that holds two signs (joined by the micro-clusters, or by a merge
+on flat evidence) stays one. ``splits`` makes one pass of split moves after the fit
+(``split_types``): each type is cut in two by 2-means of its features, and the cut is kept where
+the halves predict their neighbours' symbols better apart, by more than ``split_margin`` nats of
+``neighbour_evidence``, and share texts (two signs of one hand; halves that keep to different
+texts are one sign's hands, whose neighbours differ by hand too).
+
 The visual side, all label-free and fitted per corpus:
 - a noisy corpus's images first lose their writer's slant (``text_deslant``): a writer leans every
   sign of a text alike, so the median of the tokens' moment slants over a text, less the corpus's
@@ -239,6 +246,20 @@ class LMConfig:
                                              "(models/style_alignment.py; reports/style_alignment_study.md)")
     style_p_min: float = config_field(0.5, float, gt=0, max=1,
                                       doc="style_alignment: the share of a type's posterior mass its decoding must hold")
+    splits: bool = config_field(True, bool,
+                                doc="noisy corpus: after the fit, cut each type of at least 4 tokens in two (2-means "
+                                    "of its features) where the halves predict their neighbours' symbols better apart "
+                                    "(neighbour_evidence gains more than split_margin nats, and more than random cuts "
+                                    "do: split_fdr) and share texts (avoidance above -split_avoid: halves that keep to "
+                                    "different texts are one sign's hands); one pass (false: the default before; "
+                                    "README 'The LM sign clusterer')")
+    split_margin: float = config_field(2.0, float, min=0, doc="splits: nats of neighbour_evidence a split must gain")
+    split_fdr: float = config_field(0.01, float, gt=0, max=1,
+                                    doc="splits: false discovery rate of the cuts (Benjamini-Hochberg over the types "
+                                        "tried, each cut's p-value against 999 random cuts of the same sizes)")
+    split_avoid: float = config_field(2.0, float, min=0,
+                                      doc="splits: nats of avoidance over texts past which the halves are hands, "
+                                          "not signs")
 
 
 # --------------------------------------------------------------------------- visual side
@@ -591,6 +612,105 @@ def neighbour_evidence(z: np.ndarray, texts: list[np.ndarray], symbols: np.ndarr
     left, right = context_counts(z, texts, k, symbols, k_s)                              # (k, k_s+1)
     alpha = context_prior(symbols, len(texts), k_s, beta)
     return float(log_dm(left, alpha).sum() + log_dm(right, alpha).sum())
+
+
+def two_means(x: np.ndarray, rounds: int = 10) -> np.ndarray:
+    """(n, D) -> (n,) bool: a bipartition by Lloyd's 2-means, started from the sign of each row's
+    projection on the first principal axis (no random start: the same rows give the same cut)."""
+    c = x.astype(np.float64) - x.mean(0)
+    side = c @ np.linalg.svd(c, full_matrices=False)[2][0] > 0
+    for _ in range(rounds):
+        if side.all() or not side.any():
+            break
+        a, b = c[side].mean(0), c[~side].mean(0)
+        new = ((c - a) ** 2).sum(1) < ((c - b) ** 2).sum(1)
+        if (new == side).all():
+            break
+        side = new
+    return side
+
+
+def neighbour_symbols(texts: list[np.ndarray], symbols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) each token's left and right neighbour's symbol, as ``context_counts`` reads them: the
+    boundary (symbols.max() + 1) at a text's edge."""
+    k_s = int(symbols.max()) + 1
+    prev, nxt = np.full(n, k_s), np.full(n, k_s)
+    for t in texts:
+        t = np.asarray(t, dtype=np.int64)
+        prev[t[1:]], nxt[t[:-1]] = symbols[t[:-1]], symbols[t[1:]]
+    return prev, nxt
+
+
+def benjamini_hochberg(p: np.ndarray, q: float) -> np.ndarray:
+    """(m,) p-values -> (m,) bool: the discoveries of the Benjamini-Hochberg step-up procedure at
+    false discovery rate q (the largest i with p_(i) <= i q / m, and every p at or below it)."""
+    m = len(p)
+    if not m:
+        return np.zeros(0, dtype=bool)
+    ranked = np.sort(p)
+    passed = np.flatnonzero(ranked <= q * np.arange(1, m + 1) / m)
+    return p <= ranked[passed[-1]] if len(passed) else np.zeros(m, dtype=bool)
+
+
+def split_types(z: np.ndarray, x: np.ndarray, texts: list[np.ndarray], symbols: np.ndarray, beta: float,
+                margin: float, avoid: float, fdr: float, seed: int, null_cuts: int = 999,
+                min_tokens: int = 4) -> tuple[np.ndarray, int]:
+    """One pass of split moves (``splits``): every type of at least ``min_tokens`` tokens is cut in
+    two by ``two_means`` of its features x, and the cut is kept where
+
+    - the two halves predict their neighbours' fixed ``symbols`` better as two types than as one:
+      ``neighbour_evidence`` gains more than ``margin`` nats (the negative of ``lm_gain`` over the
+      symbols);
+    - that gain is not chance: its p-value against ``null_cuts`` random cuts of the type into parts
+      of the same sizes (a permutation test), over every type tried, passes the Benjamini-Hochberg
+      procedure at false discovery rate ``fdr``. The Dirichlet prior is weak: a type of one sign cut
+      anywhere gains more than 2 nats in about a fifth of types of 24 tokens (tests/test_lm_clusterer.py),
+      and a corpus whose order says nothing must keep its types;
+    - the halves share texts (``avoidance`` above ``-avoid``): the halves of one sign written by
+      two hands keep to different texts, and their neighbours are those hands' too, so the symbols
+      (a Ward cut of the same features) can favour a cut by hand. Two signs share texts.
+
+    The merges can only join; a type that holds two signs, which the micro-clusters or a merge on
+    flat evidence made, is cut here. Returns the new labels (0..K-1) and the number of cuts."""
+    z = np.unique(z, return_inverse=True)[1]
+    k, k_s = int(z.max()) + 1, int(symbols.max()) + 1
+    alpha = context_prior(symbols, len(texts), k_s, beta)
+    prev, nxt = neighbour_symbols(texts, symbols, len(z))
+    rng = np.random.default_rng(seed)
+    order = np.argsort(z, kind="stable")
+    members = np.split(order, np.cumsum(np.bincount(z, minlength=k))[:-1])      # tokens of each type
+    tried, sides, p_values = [], [], []
+    for t, m in enumerate(members):
+        if len(m) < min_tokens:
+            continue
+        side = two_means(x[m])
+        if side.all() or not side.any():
+            continue
+        # the cut and null_cuts random cuts of the same sizes, (1 + null_cuts, len(m)) as 0/1 rows
+        null = np.argsort(rng.random((null_cuts, len(m))), axis=1) < side.sum()
+        cuts = np.r_[side[None], null].astype(np.float64)
+        gain = np.zeros(len(cuts))
+        for sym in (prev, nxt):
+            onehot = np.eye(k_s + 1)[sym[m]]                                    # (len(m), k_s+1)
+            a = cuts @ onehot                                                     # each cut's one part
+            gain -= dm_bayes_factor(a, onehot.sum(0) - a, alpha)
+        if gain[0] > margin:
+            tried.append(t)
+            sides.append(side)
+            p_values.append((1 + np.sum(gain[1:] >= gain[0])) / (1 + null_cuts))
+    found = benjamini_hochberg(np.array(p_values), fdr)
+    trial, halves = z.copy(), []
+    for t, side, ok in zip(tried, sides, found):
+        if ok:
+            trial[members[t][side]] = k + len(halves)              # the half becomes a type of its own
+            halves.append(t)
+    if not halves:
+        return z, 0
+    u, v = np.array(halves), k + np.arange(len(halves))
+    keep = avoidance(trial, k + len(halves), texts, u, v) > -avoid
+    back = np.arange(k + len(halves))
+    back[v[~keep]] = u[~keep]                                    # a cut not kept: its half goes home
+    return np.unique(back[trial], return_inverse=True)[1], int(keep.sum())
 
 
 def hom_gain(x: np.ndarray, z: np.ndarray, k: int, pair: PairModel, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -1176,7 +1296,22 @@ class LMSignClusterer(Clusterer):
             result.info["self_training_k"] = ks
         if self.cfg.style_alignment:
             result = self.align_styles(result, x, texts)
+        if self.cfg.splits:
+            result = self.cut_types(result, x, texts, ctx.seed)
         return result
+
+    def cut_types(self, result: ClusterResult, x: np.ndarray, texts: list[np.ndarray], seed: int) -> ClusterResult:
+        """The fit with its types cut where ``split_types`` finds two signs in one, read on the
+        selection's neighbour symbols over the final features (after the fit, not in each candidate:
+        a cut raises the evidence the selection compares, so cuts inside would choose the candidate);
+        the embedding follows the new types. info: k before and the cuts."""
+        cfg = self.cfg
+        symbols = coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, seed)
+        z, cuts = split_types(result.labels, x, texts, symbols, cfg.select_beta, cfg.split_margin, cfg.split_avoid,
+                              cfg.split_fdr, seed)
+        k = int(z.max()) + 1
+        info = dict(result.info, k_found=k, splits={"k_before": result.info["k_found"], "cuts": cuts})
+        return ClusterResult(z, self._embedding(x, z, texts, k), info)
 
     def align_styles(self, result: ClusterResult, x: np.ndarray, texts: list[np.ndarray]) -> ClusterResult:
         """The fit with a minor style's own types joined to their decodings in the major style
