@@ -301,8 +301,8 @@ def test_self_rounds_train_the_encoder_on_the_fitted_types_and_fit_again(monkeyp
     monkeypatch.setattr(L.LMSignClusterer, "select", spy)
     ctx = FitContext(seed=0, progress=False, device="cpu")
     kw = dict(encoder_epochs=2, encoder_pair_rounds=1, encoder_pair_ratio=1.0)
-    # no style pass: the result is then the last select's own
-    result = get_clusterer("lm", self_rounds=2, style_alignment=False, **kw).fit(corpus, ctx)
+    # no style pass and no cuts after the fit: the result is then the last select's own
+    result = get_clusterer("lm", self_rounds=2, style_alignment=False, splits=False, **kw).fit(corpus, ctx)
     assert len(fits) == 3 and result is fits[-1]
     assert result.info["self_training_k"] == [f.info["k_found"] for f in fits]
     # the encoder's last call: the mined round, then one round of type pairs of each earlier fit
