@@ -68,7 +68,7 @@ def calibration(name: str, corpus: Corpus, row_cfg: dict, seed: int) -> dict:
         raise UserError(f"{name}: a clean corpus (its sign images recur exactly): lm fits no pair model there")
     labels = corpus.labels()                                        # (n,) integer codes 0..K-1
     # lm's own pair model: the one of the ratio test its selection keeps (LMSignClusterer.select)
-    kept = clusterer.select(x, texts, hand[1], ctx, time.time())
+    kept, _ = clusterer.select(x, texts, hand[1], ctx, time.time())
     ratio = kept.info["pair_ratio"]
     pair = lm.corpus_pair_model(x, texts, ratio, seed)
     truth = lm.refit_pair_model(x, labels, texts, seed)

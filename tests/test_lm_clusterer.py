@@ -98,6 +98,26 @@ def test_context_counts_equal_the_naive_loop_over_texts():
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
+def test_neighbour_symbols_equal_the_naive_loop_over_texts():
+    rng = np.random.default_rng(1)
+    for trial in range(100):
+        n = int(rng.integers(1, 40))
+        symbols = rng.integers(0, 4, n)
+        kept = rng.permutation(n)[: int(rng.integers(0, n + 1))]          # tokens in no text keep the boundary
+        texts = np.split(kept, np.sort(rng.integers(0, len(kept) + 1, int(rng.integers(0, 5)))))
+        boundary = None if trial % 2 else 9
+        edge = int(symbols.max()) + 1 if boundary is None else boundary
+        want_prev, want_next = np.full(n, edge), np.full(n, edge)
+        for t in texts:
+            for i, tok in enumerate(t):
+                if i > 0:
+                    want_prev[tok] = symbols[t[i - 1]]
+                if i < len(t) - 1:
+                    want_next[tok] = symbols[t[i + 1]]
+        prev, nxt = L.neighbour_symbols(texts, symbols, n, boundary)
+        assert np.array_equal(prev, want_prev) and np.array_equal(nxt, want_next)
+
+
 def test_lm_gain_equals_the_naive_bayes_factor():
     rng = np.random.default_rng(0)
     left, right = rng.integers(0, 4, (5, 6)).astype(float), rng.integers(0, 4, (5, 6)).astype(float)

@@ -296,8 +296,9 @@ def test_self_rounds_train_the_encoder_on_the_fitted_types_and_fit_again(monkeyp
     select = L.LMSignClusterer.select
 
     def spy(self, *args):
-        fits.append(select(self, *args))
-        return fits[-1]
+        result, symbols = select(self, *args)
+        fits.append(result)
+        return result, symbols
     monkeypatch.setattr(L.LMSignClusterer, "select", spy)
     ctx = FitContext(seed=0, progress=False, device="cpu")
     kw = dict(encoder_epochs=2, encoder_pair_rounds=1, encoder_pair_ratio=1.0)

@@ -78,8 +78,11 @@ The merges only join, so a type that holds two signs (joined by the micro-cluste
 on flat evidence) stays one. ``splits`` makes one pass of split moves after the fit
 (``split_types``): each type is cut in two by 2-means of its features, and the cut is kept where
 the halves predict their neighbours' symbols better apart, by more than ``split_margin`` nats of
-``neighbour_evidence``, and share texts (two signs of one hand; halves that keep to different
-texts are one sign's hands, whose neighbours differ by hand too).
+``neighbour_evidence``; where that gain is not chance (its p-value against random cuts of the type
+into parts of the same sizes passes Benjamini-Hochberg at ``split_fdr`` over the types tried: the
+Dirichlet prior is weak, and a type of one sign cut at random often gains the margin); and where the
+halves share texts (two signs of one hand; halves that keep to different texts are one sign's
+hands, whose neighbours differ by hand too).
 
 The visual side, all label-free and fitted per corpus:
 - a noisy corpus's images first lose their writer's slant (``text_deslant``): a writer leans every
@@ -557,17 +560,31 @@ def context_counts(z: np.ndarray, texts: list[np.ndarray], k: int, ref: np.ndarr
     given. Column k_ref is the text boundary (BOS on the left, EOS on the right)."""
     ref, k_ref = (z, k) if ref is None else (ref, k_ref)
     tokens = np.concatenate([np.asarray(t, dtype=np.int64) for t in texts] or [np.zeros(0, np.int64)])
-    lens = np.array([len(t) for t in texts], dtype=np.int64)
-    ends = np.cumsum(lens)[lens > 0]                                  # non-empty texts' ends in tokens
-    starts = ends - lens[lens > 0]
-    symbols = ref[tokens]
-    prev, nxt = np.roll(symbols, 1), np.roll(symbols, -1)           # each token's neighbours in the text
-    prev[starts], nxt[ends - 1] = k_ref, k_ref                        # across a text's edge: the boundary
+    prev, nxt = neighbour_symbols(texts, ref, len(z), k_ref)
     rows = z[tokens] * (k_ref + 1)
 
     def counts(cols: np.ndarray) -> np.ndarray:                       # integer counts: exact in any order
         return np.bincount(rows + cols, minlength=k * (k_ref + 1)).reshape(k, k_ref + 1).astype(np.float64)
-    return counts(prev), counts(nxt)
+    return counts(prev[tokens]), counts(nxt[tokens])
+
+
+def neighbour_symbols(texts: list[np.ndarray], symbols: np.ndarray, n: int,
+                      boundary: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) each token's left and right neighbour's symbol in its text; ``boundary`` (default
+    symbols.max() + 1) across a text's edge, and for a token in no text."""
+    boundary = int(symbols.max()) + 1 if boundary is None else boundary
+    prev, nxt = np.full(n, boundary, dtype=np.int64), np.full(n, boundary, dtype=np.int64)
+    tokens = np.concatenate([np.asarray(t, dtype=np.int64) for t in texts] or [np.zeros(0, np.int64)])
+    if not len(tokens):
+        return prev, nxt
+    lens = np.array([len(t) for t in texts], dtype=np.int64)
+    ends = np.cumsum(lens)[lens > 0]                                  # non-empty texts' ends in tokens
+    starts = ends - lens[lens > 0]
+    sym = symbols[tokens]
+    left, right = np.roll(sym, 1), np.roll(sym, -1)                  # the neighbours in the concatenation
+    left[starts], right[ends - 1] = boundary, boundary                # across a text's edge: the boundary
+    prev[tokens], nxt[tokens] = left, right
+    return prev, nxt
 
 
 def log_dm(counts: np.ndarray, alpha: np.ndarray) -> np.ndarray:
@@ -628,17 +645,6 @@ def two_means(x: np.ndarray, rounds: int = 10) -> np.ndarray:
             break
         side = new
     return side
-
-
-def neighbour_symbols(texts: list[np.ndarray], symbols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(n,) each token's left and right neighbour's symbol, as ``context_counts`` reads them: the
-    boundary (symbols.max() + 1) at a text's edge."""
-    k_s = int(symbols.max()) + 1
-    prev, nxt = np.full(n, k_s), np.full(n, k_s)
-    for t in texts:
-        t = np.asarray(t, dtype=np.int64)
-        prev[t[1:]], nxt[t[:-1]] = symbols[t[:-1]], symbols[t[1:]]
-    return prev, nxt
 
 
 def benjamini_hochberg(p: np.ndarray, q: float) -> np.ndarray:
@@ -1285,28 +1291,29 @@ class LMSignClusterer(Clusterer):
             return self.cluster(x, texts, clean, image_index, None, ctx, t0)
         rounds = self.cfg.self_rounds if self.cfg.encoder_epochs else 0      # no encoder: nothing to self-train
         quiet = dataclasses.replace(ctx, log_metrics=None)                  # merge rounds: the last fit's only
-        result = self.select(x, texts, image_index, quiet if rounds else ctx, t0)
+        result, symbols = self.select(x, texts, image_index, quiet if rounds else ctx, t0)
         fitted, ks = [], [result.info["k_found"]]
         for r in range(rounds):                          # self-training: the encoder learns the types found
             fitted.append(result.labels)
             x, _, _ = self.features(corpus, ctx, tuple(fitted), glyph_feats, hand)
-            result = self.select(x, texts, image_index, ctx if r == rounds - 1 else quiet, t0)
+            result, symbols = self.select(x, texts, image_index, ctx if r == rounds - 1 else quiet, t0)
             ks.append(result.info["k_found"])
         if rounds:
             result.info["self_training_k"] = ks
         if self.cfg.style_alignment:
             result = self.align_styles(result, x, texts)
         if self.cfg.splits:
-            result = self.cut_types(result, x, texts, ctx.seed)
+            result = self.cut_types(result, x, texts, symbols, ctx.seed)
         return result
 
-    def cut_types(self, result: ClusterResult, x: np.ndarray, texts: list[np.ndarray], seed: int) -> ClusterResult:
+    def cut_types(self, result: ClusterResult, x: np.ndarray, texts: list[np.ndarray], symbols: np.ndarray,
+                  seed: int) -> ClusterResult:
         """The fit with its types cut where ``split_types`` finds two signs in one, read on the
-        selection's neighbour symbols over the final features (after the fit, not in each candidate:
-        a cut raises the evidence the selection compares, so cuts inside would choose the candidate);
-        the embedding follows the new types. info: k before and the cuts."""
+        neighbour ``symbols`` the last selection compared its candidates on (the final features';
+        after the fit, not in each candidate: a cut raises the evidence the selection compares, so
+        cuts inside would choose the candidate); the embedding follows the new types. info: k
+        before and the cuts."""
         cfg = self.cfg
-        symbols = coarse_symbols(x, cfg.select_symbols, cfg.max_linkage_tokens, seed)
         z, cuts = split_types(result.labels, x, texts, symbols, cfg.select_beta, cfg.split_margin, cfg.split_avoid,
                               cfg.split_fdr, seed)
         k = int(z.max()) + 1
@@ -1326,13 +1333,17 @@ class LMSignClusterer(Clusterer):
         return ClusterResult(z, self._embedding(x, z, texts, k), info)
 
     def select(self, x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray, ctx: FitContext,
-               t0: float) -> ClusterResult:
+               t0: float) -> tuple[ClusterResult, np.ndarray]:
         """A noisy corpus: the ``candidates`` of ``pair_ratios``, and the one whose types best predict
         their neighbours' symbols (``neighbour_evidence``) is kept; the first wins a tie. The
-        candidates' merge rounds are logged for the kept fit only."""
+        candidates' merge rounds are logged for the kept fit only. Returns the kept fit and the
+        symbols (``evidence_symbols``, one per token) its evidence read."""
         before = time.time() - t0                       # features: every candidate's setup shares them
+        graph = self.graph(x, ctx.seed)
+        symbols = self.evidence_symbols(x, graph, ctx.seed)
         best, tried = None, []
-        for ratio, result, evidence in self.candidates(x, texts, image_index, ctx, self.cfg.pair_ratios):
+        for ratio, result, evidence in self.candidates(x, texts, image_index, ctx, self.cfg.pair_ratios,
+                                                       graph, symbols):
             tried.append({"pair_ratio": ratio, "k": result.info["k_found"], "evidence": evidence})
             if best is None or evidence > best[2]:
                 best = (ratio, result, evidence)
@@ -1342,17 +1353,18 @@ class LMSignClusterer(Clusterer):
         if ctx.log_metrics:
             for row in result.info["history"]:
                 ctx.log_metrics({k: v for k, v in row.items() if k != "round"}, row["round"])
-        return result
+        return result, symbols
 
     def candidates(self, x: np.ndarray, texts: list[np.ndarray], image_index: np.ndarray, ctx: FitContext,
-                   ratios: list[float]):
+                   ratios: list[float], graph: tuple | None = None, symbols: np.ndarray | None = None):
         """Yields (ratio, fit, evidence) for each ratio test in ``ratios``, in that order: the fit with
         that ratio's pair model (its own micro-clusters and merge evidence; one kNN graph for all,
         no merge rounds logged) and ``neighbour_evidence`` of its types. A generator: ``select``
-        holds two fits at a time, scripts/pair_ratio_sweep.py scores every one."""
+        holds two fits at a time, scripts/pair_ratio_sweep.py scores every one. ``graph`` and
+        ``symbols`` (``graph``, ``evidence_symbols``) are drawn here unless given."""
         cfg = self.cfg
-        graph = self.graph(x, ctx.seed)
-        symbols = self.evidence_symbols(x, graph, ctx.seed)
+        graph = self.graph(x, ctx.seed) if graph is None else graph
+        symbols = self.evidence_symbols(x, graph, ctx.seed) if symbols is None else symbols
         quiet = dataclasses.replace(ctx, log_metrics=None)
         for ratio in ratios:
             result = self.cluster(x, texts, False, image_index, corpus_pair_model(x, texts, ratio, ctx.seed),
