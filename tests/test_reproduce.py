@@ -22,6 +22,7 @@ import pytest
 
 from signclust.config import REPO_ROOT, load_params, numeric_platform
 from signclust.errors import UserError
+from signclust.evaluation import evaluate as ev
 from signclust.io import write_json
 from signclust.reports import reproduce as rp
 
@@ -91,6 +92,22 @@ def test_paper_check_matches_the_committed_one(reproduction):
 def test_claims_hold(reproduction):
     claims = _part(reproduction, "claim")
     assert all(v["ok"] for v in claims), _failures(claims)
+
+
+def test_every_precision_reference_was_written_from_this_code(reproduction):
+    """A reference row written from other code than the rows this reproduction fitted is not read
+    (a float32 CI then judges lm against the bf16 fits): each committed reference folder must carry
+    the stamp of today's fits. The reference of 30 November had gone stale this way unnoticed."""
+    stale = []
+    for precision, folder in (CFG.get("references") or {}).items():
+        for run, corpus in rp.precision_rows(PARAMS, rp.table_rows(CFG)):
+            doc = json.loads(ev.metrics_path(OUT, run, corpus).read_text())
+            written = rp.timings_record(REPO_ROOT / "reports" / folder / "timings" / f"{run}_{corpus}.json")
+            if written.get("stamp") != doc["ci"]["stamp"]:
+                stale.append(f"{folder}/ {run} on {corpus}")
+    assert not stale, ("precision references written from other code, settings or corpus: " + ", ".join(stale)
+                       + " (renew them: ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 "
+                         "python -m signclust.reports.reproduce --write-reference; README, Paper tables in CI)")
 
 
 def test_ci_tables_are_written(reproduction):
@@ -201,11 +218,30 @@ def test_encoder_precision_follows_the_cpus_bf16_hardware():
     assert rp.encoder_precision(record("avx avx2 avx512f avx512vl fma")) == "fp32"
     assert rp.encoder_precision(record("avx avx2 fma sse")) == "fp32"
     assert rp.encoder_precision(None) is None
+    # a bf16 CPU whose oneDNN was capped below bf16 trained in float32 (the float32 reference's fits)
+    capped = dict(record("avx avx2 avx512_bf16 avx512f fma"), kernel_caps={"ONEDNN_MAX_CPU_ISA": "avx2"})
+    assert rp.encoder_precision(capped) == "fp32"
+    assert rp.encoder_precision(dict(capped, kernel_caps={"DNNL_MAX_CPU_ISA": "AVX512_CORE"})) == "fp32"
+    assert rp.encoder_precision(dict(capped, kernel_caps={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"})) == "bf16"
+    assert rp.encoder_precision(dict(capped, kernel_caps={"MKL_CBWR": "AVX2"})) == "bf16"
     # the configured rows: lm's (encoder_precision auto), none of the others
     rows = rp.table_rows(CFG)
     chosen = rp.precision_rows(PARAMS, rows)
     assert chosen and all(run == "lm" for run, _ in chosen)
     assert set(chosen) == {(run, corpus) for run, corpus in rows if run == "lm"}
+
+
+def test_the_run_record_keeps_kernel_caps_only_when_set(monkeypatch):
+    for var in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        monkeypatch.delenv(var, raising=False)
+    plain = rp.run_platform()
+    assert plain == numeric_platform()                # an uncapped run's record is the train stage's
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    capped = rp.run_platform()
+    assert capped["kernel_caps"] == {"MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert rp.encoder_precision(capped) == "fp32"
+    assert {k: v for k, v in capped.items() if k != "kernel_caps"} == plain
 
 
 def test_a_row_committed_in_another_precision_is_judged_against_that_precisions_reference(tmp_path):

@@ -55,6 +55,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -126,7 +127,7 @@ def reproduce_table(params: dict, cfg: dict, out: Path, progress: bool = False,
         rows = [row for row in rows if row in wanted]
     eval_cfg = ev.config(params)
     dist = params["distances"]
-    platform = numeric_platform()             # this machine, under the reproduction's thread count
+    platform = run_platform()                 # this machine, under the reproduction's thread count
     docs = []
     with tempfile.TemporaryDirectory(prefix="signclust-ci-") as scratch:
         work = Path(scratch)
@@ -172,6 +173,22 @@ def timings_record(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+# environment variables that cap the instruction set torch, MKL and oneDNN choose their kernels from.
+# Under ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 an AMD EPYC with AVX-512 gave the
+# lm fits of an AVX2-only AMD EPYC to the last digit (README, Paper tables in CI: the float32 reference).
+KERNEL_CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def run_platform() -> dict:
+    """This machine's ``numeric_platform`` record, with the kernel caps set in the environment
+    (``kernel_caps``; only when one is set, so that an uncapped run's record is the train stage's):
+    a capped run computes other figures than the same CPU uncapped, and trains lm's encoder in
+    float32 under a oneDNN cap below bf16 (``encoder_precision``)."""
+    record = numeric_platform()
+    caps = {k: os.environ[k] for k in KERNEL_CAP_VARIABLES if os.environ.get(k)}
+    return {**record, "kernel_caps": caps} if caps else record
+
+
 def committed_platform(path: Path) -> dict | None:
     """The ``platform`` record of a committed timings or paper-check file (None: absent)."""
     return timings_record(path).get("platform")
@@ -179,10 +196,14 @@ def committed_platform(path: Path) -> dict | None:
 
 def encoder_precision(platform: dict | None) -> str | None:
     """The precision ``encoder_precision: auto`` trains lm's encoder in on the CPU a platform record
-    describes: "bf16" where it has AVX512-BF16 or AMX (visual_encoder.native_bf16, which also honours
-    an ONEDNN_MAX_CPU_ISA cap the record does not keep), else "fp32"; None without a record."""
+    describes: "bf16" where it has AVX512-BF16 or AMX and the record keeps no oneDNN cap below them
+    (its ``kernel_caps``; visual_encoder.native_bf16), else "fp32"; None without a record."""
+    from signclust.models.visual_encoder import _ISA_CAPS_WITHOUT_BF16
     if not platform:
         return None
+    caps = platform.get("kernel_caps") or {}
+    if (caps.get("ONEDNN_MAX_CPU_ISA") or caps.get("DNNL_MAX_CPU_ISA") or "").strip().upper() in _ISA_CAPS_WITHOUT_BF16:
+        return "fp32"
     flags = set(((platform.get("cpu") or {}).get("vector extensions") or "").split())
     return "bf16" if flags & {"avx512_bf16", "amx_bf16", "amx_tile"} else "fp32"
 
@@ -441,7 +462,7 @@ def _reproduce(params: dict, cfg: dict, out: Path, parts, progress: bool, report
     if "paper" in parts:
         t0 = time.time()
         rows = paper_check.run_all(params, "ci", out / "paper_check.md", progress=progress)
-        verdicts += paper_verdicts(rows, reports / "paper_check.json", cfg, numeric_platform())
+        verdicts += paper_verdicts(rows, reports / "paper_check.json", cfg, run_platform())
         seconds["paper"] = time.time() - t0
     doc = {"verdicts": verdicts, "seconds": seconds, "failed": sum(not v["ok"] for v in verdicts)}
     write_json(out / "reproduction.json", doc)
@@ -455,7 +476,7 @@ def write_reference(params: dict, reports: Path, progress: bool = False) -> Path
     timings/ (the platform record), one file per row, as the committed folders hold them."""
     cfg = params.get("reproduce") or {}
     with torch_threads(cfg.get("threads")):
-        here = encoder_precision(numeric_platform())
+        here = encoder_precision(run_platform())
         name = (cfg.get("references") or {}).get(here)
         if name is None:
             raise UserError(f"this CPU trains lm's encoder in {here}, and reproduce.references has no "
