@@ -41,6 +41,8 @@ How a reproduced figure is judged against the committed full-size one:
                 figure matched within a distance.
 
     python -m signclust.reports.reproduce --write-reference   # this precision's reference rows
+    # the float32 rows on a CPU with bf16 hardware: capped to AVX2, it computes an AVX2-only CPU's fits
+    ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 python -m signclust.reports.reproduce --write-reference
 
 Writes reports/ci/comparison.md (+ metrics/*.json), reports/ci/paper_check.md (+ .json) and the
 verdicts in reports/ci/reproduction.md (+ .json); exits 1 when a verdict fails. The tests in
