@@ -232,7 +232,7 @@ def test_encoder_precision_follows_the_cpus_bf16_hardware():
 
 
 def test_the_run_record_keeps_kernel_caps_only_when_set(monkeypatch):
-    for var in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+    for var in rp.KERNEL_CAP_VARIABLES:
         monkeypatch.delenv(var, raising=False)
     plain = rp.run_platform()
     assert plain == numeric_platform()                # an uncapped run's record is the train stage's
