@@ -436,9 +436,17 @@ def test_refits_on_a_clean_corpus_leave_the_result_alone():
 
 
 def test_ink_and_size_of_the_images_do_not_change_the_result(tiny_corpus):
+    from signclust.data.slant import moment_slants
     corpus = tiny_corpus(n_types=4, per_type=8, n_texts=4)
     faint = Corpus(corpus.tokens.copy(), (corpus.images * 0.6).astype(np.uint8), dict(corpus.meta))
-    assert np.array_equal(fit(corpus).labels, fit(faint).labels)
+    # the normalised glyphs are the same images: every feature after them sees no ink
+    assert np.array_equal(L.normalize_glyphs(np.asarray(corpus.images)), L.normalize_glyphs(np.asarray(faint.images)))
+    assert np.array_equal(fit(corpus, text_deslant=0.0).labels, fit(faint, text_deslant=0.0).labels)
+    # the slant pass reads the moments of the grey images, which the ink's rounding to uint8 moves a little
+    # (by at most 0.0025 here); a shear that much apart can flip a glyph's edge pixels, and on this 4-sign
+    # corpus of 32 tokens (K 1-2 either way) that flipped the labels on an AVX2-only CPU's float32 encoder
+    slant, faint_slant = moment_slants(np.asarray(corpus.images)), moment_slants(np.asarray(faint.images))
+    assert np.abs(slant - faint_slant).max() < 0.01 and np.abs(slant).max() > 0.05
 
 
 def test_parameters_are_checked():
@@ -1039,7 +1047,10 @@ def test_style_alignment_joins_the_forms_the_current_type_contexts_leave_split()
     # instead of 8: V 0.65, 1.00, 0.41)
     for seed in range(3):
         corpus = hand_split_corpus(seed=seed, successors={0: (1, 2), 1: (0,), 2: (3,), 3: (0, 1)})
-        kw = dict(encoder_pair_rounds=0, self_rounds=0, coarse_contexts=0)
+        # no splits: they run after the alignment and may cut a joined type again (one of the three draws on an
+        # AVX2-only CPU's float32 encoder: K 18, 11 after the alignment's 7 joins, 12 after a cut), which is
+        # not what this tests
+        kw = dict(encoder_pair_rounds=0, self_rounds=0, coarse_contexts=0, splits=False)
         on, off = fit(corpus, **kw), fit(corpus, style_alignment=False, **kw)
         assert on.info["style_alignment"]["joined"] == off.k_found - on.k_found > 0
         gold = corpus.labels()
