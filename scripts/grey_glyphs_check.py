@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from glyph_normalisation_study import build, grey_glyphs  # noqa: E402
-from heldout_scripts import fit_row  # noqa: E402
+from heldout_scripts import encoder_dtype, fit_row  # noqa: E402
 from pair_model_calibration import report_path  # noqa: E402
 from signclust.config import load_params  # noqa: E402
 from signclust.errors import UserError, cli_main  # noqa: E402
@@ -65,19 +65,6 @@ def lm_glyphs(variant: str, saturate: float | None = None):
         yield
     finally:
         lm_clusterer.normalize_glyphs = original
-
-
-def encoder_dtype() -> str:
-    """What ``encoder_precision`` resolves to on this machine for ``runs.lm`` (bf16 only where the CPU has it in
-    hardware under ``auto``): fits made at another precision are other fits."""
-    import torch
-
-    from signclust.models.base import get_clusterer
-    from signclust.models.train import run_config
-    from signclust.models.visual_encoder import compute_dtype
-    _, cfg, _ = run_config("lm", load_params())
-    precision = get_clusterer("lm", **cfg).cfg.encoder_precision
-    return str(compute_dtype(precision, torch.device("cpu"))).removeprefix("torch.")
 
 
 def markdown(table: dict, seeds: list[int], dtype: str, saturate: float | None = None) -> str:

@@ -67,6 +67,17 @@ def fit_row(row: str, corpus: Corpus, seed: int, params: dict,
     return float(score(corpus.labels(), result.labels)["v_measure"]), int(result.k_found), time.time() - t0
 
 
+def encoder_dtype(changes: dict | None = None) -> str:
+    """What ``encoder_precision`` resolves to on this machine for ``runs.lm`` with ``changes`` (bf16 only where
+    the CPU has it in hardware under ``auto``): fits made at another precision are other fits."""
+    import torch
+
+    from signclust.models.visual_encoder import compute_dtype
+    method, cfg, _ = run_config(ROWS[0], load_params())
+    precision = get_clusterer(method, **{**cfg, **(changes or {})}).cfg.encoder_precision
+    return str(compute_dtype(precision, torch.device("cpu"))).removeprefix("torch.")
+
+
 def parse_changes(items: list[str]) -> dict:
     """``KEY=VALUE`` strings -> {KEY: VALUE}, each VALUE read as YAML (1 -> int, 0.5 -> float)."""
     import yaml
@@ -84,7 +95,7 @@ def parse_changes(items: list[str]) -> dict:
 
 def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, changes: dict | None = None,
              regimes: tuple = suite.REGIMES, tokens: int | None = None, suite_tokens: int = 3000,
-             typefaces: list[str] | None = None) -> str:
+             typefaces: list[str] | None = None, dtype: str | None = None) -> str:
     ours, ref = ROWS[0], targets["margin_over"]
     lines = ["# Held-out scripts: the suite's targets on scripts no default was chosen on", "",
              f"Written by `scripts/heldout_scripts.py` (seeds {', '.join(map(str, seeds))}; mean ± std). "
@@ -96,7 +107,9 @@ def markdown(table: dict, seeds: list[int], scripts: list[str], targets: dict, c
                 "corpus of the scored suite uses (so even a suite script's corpora are new)" if typefaces else "")
              + " and kept out of the scored suite, of the tuning studies and of every default. "
              f"`{ours}` is never given K; the Ward references are given K true."
-             + (f" `{ours}` changed by {', '.join(f'`{k}: {v}`' for k, v in changes.items())}." if changes else ""),
+             + (f" `{ours}` changed by {', '.join(f'`{k}: {v}`' for k, v in changes.items())}." if changes else "")
+             + (f" `{ours}`'s encoder trained in {dtype} here (`encoder_precision` as configured: bf16 only on a CPU "
+                "with it in hardware); fit times are this machine's." if dtype else ""),
              "",
              f"| corpus | K true | `{ours}` V | K found (error) | " + " | ".join(f"`{r}` V" for r in ROWS[1:])
              + f" | margin over `{ref}` | s / fit (`{ours}`) |",
@@ -175,7 +188,7 @@ def main(argv=None):
         print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
               flush=True)
     text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes, args.tokens, suite_tokens,
-                    args.typefaces)
+                    args.typefaces, encoder_dtype(changes))
     atomic_write_text(out, text)
     print(text)
 

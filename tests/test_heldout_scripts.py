@@ -26,6 +26,15 @@ def test_table_and_verdicts_on_known_numbers():
     assert "| 1/2 corpora; median absolute error 50% | x_hands (+100%) |" in text
 
 
+def test_the_report_names_the_encoders_precision():
+    # bf16 and float32 encoders give other fits (README, Paper tables in CI): a study says which it ran
+    assert heldout.encoder_dtype({"encoder_precision": "fp32"}) == "float32"
+    assert heldout.encoder_dtype({"encoder_precision": "bf16"}) == "bfloat16"
+    table = {"x_free": {"k_true": 2, "lm": [(1.0, 2, 1.0)], "ward_pixels": [(0.9, 2, 0.1)], "ward_glyphs": [(0.9, 2, 0.1)]}}
+    assert "`lm`'s encoder trained in float32 here" in heldout.markdown(table, [0], ["x"], TARGETS, dtype="float32")
+    assert "encoder trained in" not in heldout.markdown(table, [0], ["x"], TARGETS)
+
+
 def test_a_scored_script_is_refused(cli_error):
     cli_error(heldout.main, ["--scripts", "latin", "armenian"],
               "latin: part of the scored suite (prepare.suite.scripts), not held out")
