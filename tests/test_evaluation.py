@@ -321,6 +321,31 @@ def test_table_numbers_and_order(tmp_path):
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def platform_record(family: str, flags: str) -> dict:
+    return {"cpu": {"model name": "AMD EPYC", "cpu family": family, "model": "1", "vector extensions": flags},
+            "torch_cpu_capability": "AVX2", "torch_threads": 2}
+
+
+def test_table_names_the_machine_each_row_was_fitted_on(tmp_path):
+    # a reader whose dvc repro gives other figures sees which CPU (and whether bf16 hardware) gave each row
+    metrics, timings = tmp_path / "metrics", tmp_path / "timings"
+    metrics.mkdir(), timings.mkdir()
+    bf16, avx2 = platform_record("26", "avx avx2 avx512_bf16 avx512f"), platform_record("25", "avx avx2 fma")
+    seeds = {"seed0": {"seconds": 2.0, "resumed": False}}
+    for method, corpus, plat in (("alpha", "cyp", bf16), ("alpha", "lin", avx2), ("zeta", "cyp", avx2),
+                                 ("zeta", "lin", avx2), ("omega", "cyp", None)):
+        (metrics / f"{method}_{corpus}.json").write_text(json.dumps(metrics_doc(method, corpus, 0.5, 0.0)))
+        record = {"per_seed": seeds} | ({"platform": plat} if plat else {})
+        (timings / f"{method}_{corpus}.json").write_text(json.dumps(record))
+    text = table.build(metrics, tmp_path / "c.md", None, ["zeta", "alpha"], timings_dir=timings)
+    section = text.split("## Machines")[1]
+    assert section.splitlines()[4:] == [
+        "- AMD EPYC (cpu family 25, model 1; torch AVX2; no bf16 hardware): zeta, alpha (lin)",
+        "- AMD EPYC (cpu family 26, model 1; torch AVX2; bf16 hardware): alpha (cyp)",
+        "- not recorded: omega"]
+    assert "## Machines" not in table.build(metrics, tmp_path / "d.md", None, None)    # no timings read
+
+
 def test_table_cli_corpora_keeps_only_those(tmp_path, monkeypatch):
     # the main job's report_main: `--corpora cypriot` writes cypriot's table, not every corpus's
     metrics = tmp_path / "metrics"
