@@ -6,7 +6,7 @@
 ``normalize_glyphs`` (data/glyphs.py) is the visual input of ``lm`` and of ``ward_glyphs``: binarise
 at a fixed ink threshold, drop specks, crop to the ink's bounding square, resize to 28 px in a
 32 px frame, blur. On real handwritten digits Ward on it scores below Ward on the raw pixels
-(README "Real handwriting (digits)": 0.800 against 0.853 on scikit-learn's digits, 0.656 against
+(docs/results.md "Real handwriting (digits)": 0.800 against 0.853 on scikit-learn's digits, 0.656 against
 0.689 on MNIST), and on a hand-drawn high-contrast italic (the unseen typefaces' hands corpora)
 ``lm`` keeps frequent signs in two or three types. This script takes the normalisation apart: for
 each corpus it clusters, with Ward at K true (the classical reference of the suite's targets), the

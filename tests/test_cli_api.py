@@ -267,7 +267,7 @@ def test_readme_notebook_example_runs(tiny_corpus, tmp_path, monkeypatch, one_to
     block = block.replace("n_clusters=53", "n_clusters=4")
     # 12 tokens a sign, more than lm's 10 graph neighbours a token (``candidates``): with 8, every
     # type sends kNN edges to its nearest other sign and the `near` vote joins two of the four signs
-    # (V 0.857; README, `same_text: tokens`, the limit met in a test), which is not what this tests
+    # (V 0.857; docs/method.md, `same_text: tokens`, the limit met in a test), which is not what this tests
     corpus = tiny_corpus(n_types=4, per_type=12, n_texts=4)
     images, text_ids, positions, gold = _arrays(corpus)
     new_images = _arrays(tiny_corpus(n_types=4, per_type=3, seed=5))[0]

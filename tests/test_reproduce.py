@@ -357,7 +357,7 @@ def test_write_reference_refuses_a_precision_without_a_reference_folder(tmp_path
 
 @needs_paper_data
 def test_dpgmm_on_the_papers_features_reproduces_its_study(tmp_path):
-    """README (Baselines): the DP-GMM on the DeepDPM paper's own features (the `paper_umap` preset),
+    """docs/baselines.md: the DP-GMM on the DeepDPM paper's own features (the `paper_umap` preset),
     reports/paper_check_dpgmm_paper_umap.md. The same study again: its NMI within the paper check's
     tolerance of the committed one (reproduce.cross_cpu where that was made on another CPU), and K
     within ±50% of the true 10, issue 10's target for the DP-GMM on Fashion-MNIST."""
