@@ -183,8 +183,12 @@ def main(argv=None):
     for name, corpus in corpora.items():
         table[name] = {"k_true": corpus.counts()["types"]}
         for row in ROWS:
-            table[name][row] = [fit_row(row, corpus, s, params, changes if row == ROWS[0] else None)
-                                for s in args.seeds]
+            table[name][row] = []
+            for s in args.seeds:      # one line a fit: a float32 or emulated-bf16 lm fit takes minutes
+                v, k, seconds = fit_row(row, corpus, s, params, changes if row == ROWS[0] else None)
+                table[name][row].append((v, k, seconds))
+                print(f"{name} {row} seed {s}: V {v:.3f}, K {k} of {table[name]['k_true']}, {seconds:.0f} s",
+                      flush=True)
         print(f"{name}: " + ", ".join(f"{r} V {np.mean([x[0] for x in table[name][r]]):.3f}" for r in ROWS),
               flush=True)
     text = markdown(table, args.seeds, args.scripts, targets, changes, args.regimes, args.tokens, suite_tokens,

@@ -81,7 +81,7 @@ def test_another_corpus_size_is_named_built_and_needs_its_own_out(cli_error, tmp
     assert fitted == [] and not (tmp_path / "x.md").exists()
 
 
-def test_given_typefaces_let_a_suite_script_in_and_draw_every_corpus(cli_error, tmp_path, monkeypatch):
+def test_given_typefaces_let_a_suite_script_in_and_draw_every_corpus(cli_error, tmp_path, monkeypatch, capsys):
     table = {"x_hands": {"k_true": 50, "lm": [(0.98, 50, 1.0)], "ward_pixels": [(0.90, 50, 0.1)],
                          "ward_glyphs": [(0.91, 50, 0.1)]}}
     assert "drawn with the typefaces `A.ttf`, `B.ttf` (`--typefaces`) that no corpus of the scored suite uses" in \
@@ -100,3 +100,7 @@ def test_given_typefaces_let_a_suite_script_in_and_draw_every_corpus(cli_error, 
                   "DejaVuSans.ttf", "NotoSans-Bold.ttf", "--out", out])
     assert hands and all(h == {"DejaVuSans", "NotoSans-Bold"} for h in hands)
     assert "`DejaVuSans.ttf`, `NotoSans-Bold.ttf` (`--typefaces`)" in (tmp_path / "x.md").read_text()
+    printed = [line for line in capsys.readouterr().out.splitlines() if " seed 0: " in line]
+    assert [line.split(" of ")[0] for line in printed] == [        # one progress line a fit, as it ends
+        f"latin_free {row} seed 0: V 1.000, K 1" for row in heldout.ROWS]
+    assert all(line.endswith(", 0 s") for line in printed)
