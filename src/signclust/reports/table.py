@@ -98,12 +98,12 @@ def machines_section(docs: list[dict], order: list[str]) -> str:
     docs = [d for d in docs if "machine" in d]
     if not docs:
         return ""
-    rank = {m: i for i, m in enumerate(order)}
-    docs = sorted(docs, key=lambda d: (rank.get(d["method"], len(rank)), d["corpus"]))
+    rank = {m: i for i, m in enumerate(order)}            # order holds every method of the documents
+    docs = sorted(docs, key=lambda d: (rank[d["method"]], d["corpus"]))
     spread = {m: len({d["machine"] for d in docs if d["method"] == m}) for m in rank}
     rows: dict[str, list[str]] = {}
     for d in docs:
-        name = d["method"] if spread.get(d["method"], 1) == 1 else f"{d['method']} ({d['corpus']})"
+        name = d["method"] if spread[d["method"]] == 1 else f"{d['method']} ({d['corpus']})"
         if name not in rows.setdefault(d["machine"], []):
             rows[d["machine"]].append(name)
     lines = ["## Machines", "",
