@@ -190,7 +190,8 @@ def build(params: dict) -> tuple[dict, dict]:
         "cmd": "python -m signclust.reports.suite",
         "deps": [f"reports/metrics/{r}_{c}.json" for c in suite_cfg["corpora"] + suite_cfg["builtin"]
                  for r in suite_cfg["rows"]]
-        + [f"reports/timings/{suite_cfg['ours']}_{c}.json" for c in suite_cfg["corpora"]]
+        + [f"reports/timings/{r}_{c}.json" for c in suite_cfg["corpora"] + suite_cfg["builtin"]
+           for r in suite_cfg["rows"]]     # ours' wall times, and the machine of every row
         + [f"reports/metrics/ablation_{c}.json" for c in suite_cfg["corpora"] if c.endswith("_free")]
         + [f"reports/studies/{s}.json" for s in suite_cfg.get("rho_studies") or []]
         + ["src/signclust/reports/suite.py", "src/signclust/reports/table.py"],

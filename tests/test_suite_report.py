@@ -164,7 +164,7 @@ def test_the_rho_note_is_printed_under_the_targets_only_when_given(tmp_path):
     assert "The ρ studies:" not in suite.build(CFG, folder, tmp_path / "s.md", None)
     noted = {"report": {"suite": {**CFG["report"]["suite"], "rho_note": ["made with", "an earlier `lm`."]}}}
     text = suite.build(noted, folder, tmp_path / "s.md", None)
-    assert text.rstrip().endswith("The ρ studies: made with an earlier `lm`.")
+    assert text.split("## Machines")[0].rstrip().endswith("The ρ studies: made with an earlier `lm`.")
 
 
 def test_time_target_reads_the_fresh_fits_of_the_train_stages_timings(tmp_path):
@@ -174,7 +174,8 @@ def test_time_target_reads_the_fresh_fits_of_the_train_stages_timings(tmp_path):
     folder = _write(tmp_path / "m")
     time, _, _ = suite.side_verdicts(suite.load_side(cfg, folder, tmp_path / "studies"), cfg)
     assert not time["ok"] and time["misses"] == ["a_hands (75 s)"]
-    assert time["measured"] == "1/2 corpora; slowest 75 s (a_hands); median fit 30 s; on Test CPU"   # of 1.5, 2, 58, 75
+    assert time["measured"] == ("1/2 corpora; slowest 75 s (a_hands); median fit 30 s; "   # of 1.5, 2, 58, 75
+                                "on Test CPU (torch ?; no bf16 hardware)")
     assert time["target"] == "at most 60 s per fit of `lm` on a suite corpus and seed (fresh fits, `reports/timings/`)"
     fast = {**cfg, "targets": {**cfg["targets"], "seconds": 80}}
     assert suite.side_verdicts(suite.load_side(fast, folder, tmp_path / "studies"), fast)[0]["ok"]
@@ -190,3 +191,27 @@ def test_time_target_reads_the_fresh_fits_of_the_train_stages_timings(tmp_path):
         suite.build(CFG, folder, tmp_path / "s.md", None)
     text = suite.build(CFG, folder, tmp_path / "s.md", None, partial=True)
     assert "(fresh fits, `reports/timings/`) | not measured | **not met** |" in text
+
+
+def test_the_report_names_the_machine_each_row_was_fitted_on(tmp_path):
+    """A row fitted on several machines is named with its corpora there, the suite's corpora together as
+    "the suite"; a timings file without a platform record is "not recorded"."""
+    folder = _write(tmp_path / "m")
+    timings = tmp_path / "timings"
+    bf16 = {"cpu": {"model name": "AMD EPYC", "cpu family": "26", "model": "2", "vector extensions": "avx2 avx512_bf16"},
+            "torch_cpu_capability": "AVX512"}
+    avx2 = {"cpu": {"model name": "AMD EPYC", "cpu family": "25", "model": "1", "vector extensions": "avx2 fma"},
+            "torch_cpu_capability": "AVX2"}
+    seeds = {"seed0": {"seconds": 2.0, "resumed": False}}
+    for run, corpus, plat in (("ward_pixels", "a_free", avx2), ("ward_pixels", "a_hands", avx2),
+                              ("ward_pixels", "cyp", avx2), ("jule", "a_free", bf16), ("jule", "a_hands", bf16),
+                              ("jule", "cyp", None), ("lm", "cyp", bf16)):
+        (timings / f"{run}_{corpus}.json").write_text(json.dumps({"per_seed": seeds} | ({"platform": plat} if plat else {})))
+    for corpus in ("a_free", "a_hands"):
+        (timings / f"lm_{corpus}.json").write_text(json.dumps({"per_seed": seeds, "platform": bf16}))
+    text = suite.build(CFG, folder, tmp_path / "s.md", None)
+    assert text.split("## Machines")[1].strip().splitlines()[2:] == [
+        "- AMD EPYC (cpu family 26, model 2; torch AVX512; bf16 hardware): lm, jule (the suite)",
+        "- AMD EPYC (cpu family 25, model 1; torch AVX2; no bf16 hardware): ward_pixels",
+        "- not recorded: jule (cyp)"]
+    assert "on AMD EPYC (cpu family 26, model 2; torch AVX512; bf16 hardware) | met |" in text    # the time target

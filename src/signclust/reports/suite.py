@@ -11,6 +11,10 @@ Reads reports/metrics/<run>_<corpus>.json (the evaluate stage) for the corpora o
 - reports/figures/suite.png: V per corpus (ours, the references, the best deep baseline) and
   K found against K true.
 
+The report ends with the machines each row's fits ran on (the ``platform`` records of
+reports/timings/<run>_<corpus>.json, as the comparison tables name them): a torch row's figures
+and ``lm``'s K depend on the CPU, and its wall times on whether the CPU has bf16 hardware.
+
 Three targets are measured outside the evaluate stage, and read here from their own outputs: the
 wall time of each fit of ours on a suite corpus (the train stage's reports/timings/<ours>_<corpus>.json,
 fresh fits only: a fit resumed from a checkpoint says so there and is left out), what
@@ -36,7 +40,7 @@ import numpy as np
 from signclust.config import REPO_ROOT, load_params
 from signclust.errors import UserError, cli_main
 from signclust.io import atomic_path, atomic_write_text
-from signclust.reports.table import fresh_seconds
+from signclust.reports.table import add_wall_time, fresh_seconds, machine_name, machines_section
 from signclust.reports.tune_report import reaches
 from signclust.tuning.study import LABEL_FREE
 
@@ -108,8 +112,7 @@ def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = F
             side["missing"].append(f"{path.name} (resumed fits only)" if doc else path.name)
             continue
         side["seconds"][c] = fresh
-        cpu = ((doc.get("platform") or {}).get("cpu") or {}).get("model name")
-        if cpu and cpu not in side["cpus"]:
+        if doc.get("platform") and (cpu := machine_name(doc["platform"])) not in side["cpus"]:
             side["cpus"].append(cpu)
     for c in [c for c in cfg["corpora"] if regime(c) == "free"]:
         path = Path(metrics_dir) / f"ablation_{c}.json"
@@ -280,6 +283,9 @@ def markdown(docs: dict, cfg: dict, seeds: dict[str, str], side: dict) -> str:
         lines += ["", f"Not yet measured (`--partial`): {', '.join(side['missing'])}."]
     if cfg["rho_note"]:
         lines += ["", "The ρ studies: " + " ".join(cfg["rho_note"])]
+    if machines := machines_section(list(docs.values()), list(dict.fromkeys(r for r, _ in docs)),
+                                    {"the suite": cfg["corpora"]}):
+        lines += ["", machines.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -338,6 +344,9 @@ def build(params: dict, metrics_dir: Path, out_md: Path, out_png: Path | None, p
         cfg["rows"] = [r for r in cfg["rows"] if r in have]
         runs = [r for r in runs if r in have]
     docs = load(metrics_dir, runs, every)
+    timings_dir = Path(timings_dir) if timings_dir is not None else Path(metrics_dir).parent / "timings"
+    for (run, corpus), doc in docs.items():     # the machine each row's fits ran on, for the Machines section
+        add_wall_time(doc, timings_dir / f"{run}_{corpus}.json")
     seeds = {r: seed_counts(docs, r, cfg["corpora"], cfg["builtin"]) for r in runs}
     side = load_side(cfg, metrics_dir, studies_dir or Path(metrics_dir).parent / "studies", partial, timings_dir)
     text = markdown(docs, cfg, seeds, side)

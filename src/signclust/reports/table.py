@@ -92,25 +92,34 @@ def machine_name(platform: dict | None) -> str:
     return f"{cpu.get('model name') or 'unknown CPU'} ({details})"
 
 
-def machines_section(docs: list[dict], order: list[str]) -> str:
+def machines_section(docs: list[dict], order: list[str], groups: dict[str, list[str]] | None = None) -> str:
     """Markdown: each machine with the rows fitted on it (a method whose corpora were fitted on
-    several machines is named with its corpus); empty when no document carries a machine."""
+    several machines is named with its corpora there, a whole group of ``groups``, {name: corpora},
+    by the group's name); empty when no document carries a machine."""
     docs = [d for d in docs if "machine" in d]
     if not docs:
         return ""
     rank = {m: i for i, m in enumerate(order)}            # order holds every method of the documents
     docs = sorted(docs, key=lambda d: (rank[d["method"]], d["corpus"]))
     spread = {m: len({d["machine"] for d in docs if d["method"] == m}) for m in rank}
-    rows: dict[str, list[str]] = {}
+    fitted: dict[str, dict[str, list[str]]] = {}          # machine -> method -> corpora
     for d in docs:
-        name = d["method"] if spread[d["method"]] == 1 else f"{d['method']} ({d['corpus']})"
-        if name not in rows.setdefault(d["machine"], []):
-            rows[d["machine"]].append(name)
+        fitted.setdefault(d["machine"], {}).setdefault(d["method"], []).append(d["corpus"])
+
+    def corpora_named(corpora: list[str]) -> str:
+        names, left = [], list(corpora)
+        for name, members in (groups or {}).items():
+            if members and set(members) <= set(left):
+                names.append(name)
+                left = [c for c in left if c not in members]
+        return ", ".join(names + left)
     lines = ["## Machines", "",
              "Where each row's fits ran (`reports/timings/`). A row with a torch network gives other figures on "
              "another CPU, and `lm` trains its glyph encoder in bf16 on a CPU with bf16 hardware (AVX512-BF16 or "
              "AMX) and in float32 elsewhere, which moves its K (README, *Paper tables in CI*).", ""]
-    lines += [f"- {machine}: {', '.join(names)}" for machine, names in rows.items()]
+    for machine, methods in fitted.items():
+        names = [m if spread[m] == 1 else f"{m} ({corpora_named(corpora)})" for m, corpora in methods.items()]
+        lines.append(f"- {machine}: {', '.join(names)}")
     return "\n".join(lines) + "\n"
 
 
