@@ -24,6 +24,10 @@ def test_table_and_verdicts_on_known_numbers():
     assert "| x_hands | 100 | **0.800 ± 0.000** | 200 (+100%) | 0.770 | 0.700 | +0.030 | 2.0 |" in text
     assert "| 1/2 corpora; smallest margin +0.030 | x_hands (+0.030) |" in text
     assert "| 1/2 corpora; median absolute error 50% | x_hands (+100%) |" in text
+    # each fit of lm apart, after the targets: a one-seed study is compared with the same seed of another
+    assert text.split("## Each fit of `lm`")[1].strip().splitlines()[2:] == [
+        "| x_free | 0 | 0.980 | 55 | 1 |", "| x_free | 1 | 0.960 | 45 | 3 |",
+        "| x_hands | 0 | 0.800 | 200 | 2 |", "| x_hands | 1 | 0.800 | 200 | 2 |"]
 
 
 def test_the_report_names_the_encoders_precision():
