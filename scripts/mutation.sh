@@ -52,8 +52,11 @@ declare -A TARGETS=(
              signclust.models.baselines.deepdpm.xǁNIWPriorǁmap_cov__mutmut_* signclust.models.baselines.deepdpm.x__soft_stats__mutmut_*
              signclust.models.baselines.deepdpm.x_map_params__mutmut_*"
   [jule]="signclust.models.baselines.jule.x_weighted_triplet_loss__mutmut_*"
+  # dpgmm: the DP-GMM row's merge moves (models/baselines/dp_moves.py): the Normal-Gamma posterior and
+  # marginal, the Student-t predictive, the merge gain, the reassignment sweeps and log p(X, z)
+  [dpgmm]="signclust.models.baselines.dp_moves.*"
 )
-ORDER=(lm_merge metrics evaluate lm swav twostage deepdpm jule)
+ORDER=(lm_merge metrics evaluate lm swav twostage deepdpm jule dpgmm)
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=("${ORDER[@]}")
 globs=()
