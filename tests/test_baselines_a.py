@@ -359,6 +359,21 @@ def test_fit_dp_merge_finds_k_from_an_overcomplete_start():
     assert score(y, z)["v_measure"] == pytest.approx(1.0)
 
 
+def test_fit_dp_merge_history_is_each_rounds_k_and_log_p_under_its_prior_and_the_start_follows_the_seed():
+    # found by mutation testing (scripts/mutation.sh dpgmm): the history's K and log p(X, z) were read
+    # by no test, nor the default dof, the float64 arithmetic or the seed of the k-means start
+    x, _ = _gaussian_blobs([[0, 0, 0], [5, 0, 0], [0, 5, 0], [0, 0, 5]], n_per=50)
+    x32 = x.astype(np.float32)                      # a PCA of the pixels arrives in float32
+    z, info = dp_moves.fit_dp_merge(x32, k_start=30, alpha=1.0, seed=0)
+    x64, prior = x32.astype(np.float64), dp_moves.NormalGammaPrior.from_data(x32.astype(np.float64), dof=2.0)
+    k_last, log_p_last = info["history"][-1]
+    assert k_last == len(np.unique(z)) == z.max() + 1
+    assert log_p_last == pytest.approx(dp_moves.log_joint(x64, z, prior, 1.0), rel=1e-12, abs=0)
+    assert all(k == int(k) for k, _ in info["history"]) and info["history"][0][0] == 30
+    again, other = (dp_moves.fit_dp_merge(x32, k_start=30, alpha=1.0, seed=s)[1]["history"][0] for s in (0, 1))
+    assert again == info["history"][0] and other[1] != info["history"][0][1]   # another seed, another start
+
+
 # ----------------------------------------------------------------------------- DeepCluster
 def test_empty_cluster_reassignment_leaves_no_empty_cluster():
     # 3 distinct points, each 10 times: k-means with k=5 must leave clusters empty
