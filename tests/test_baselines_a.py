@@ -352,6 +352,22 @@ def test_reassign_moves_stray_tokens_to_their_blob():
     assert np.array_equal(dp_moves.reassign(x, z, dp_moves.NormalGammaPrior.from_data(x)), y)
 
 
+def test_a_reassignment_sweep_weighs_each_component_by_its_size():
+    # the seat-choice weight n_c of the CRP times the predictive (found by mutation testing: the sign of
+    # log n_c was read by no test): one sweep against a naive argmax, on two overlapping components of
+    # 200 and 10 tokens, where the weight decides for some tokens
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0.0, 1.0, (200, 1)), rng.normal(2.5, 1.0, (10, 1))])
+    z = np.repeat([0, 1], [200, 10])
+    prior = dp_moves.NormalGammaPrior.from_data(x)
+    n, s1, s2 = dp_moves.component_stats(x, z, 2)
+    log_pred = np.array([[dp_moves.log_predictive(x[i:i + 1], n[c:c + 1], s1[c:c + 1], s2[c:c + 1], prior)[0, 0]
+                          for c in range(2)] for i in range(len(x))])
+    expected = (log_pred + np.log(n)).argmax(1)
+    assert not np.array_equal(expected, (log_pred - np.log(n)).argmax(1))    # the weight matters here
+    assert np.array_equal(dp_moves.reassign(x, z, prior, sweeps=1), np.unique(expected, return_inverse=True)[1])
+
+
 def test_fit_dp_merge_finds_k_from_an_overcomplete_start():
     x, y = _gaussian_blobs([[0, 0, 0], [5, 0, 0], [0, 5, 0], [0, 0, 5]], n_per=50)
     z, info = dp_moves.fit_dp_merge(x, k_start=30, alpha=1.0, seed=0)
