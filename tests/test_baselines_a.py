@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.special import gammaln
 import torch
 
 from signclust.data.corpus import Corpus
@@ -331,6 +332,22 @@ def test_normal_gamma_marginal_is_the_product_of_sequential_predictives():
     for i in range(1, len(x)):
         chain += dp_moves.log_predictive(x[i:i + 1], *one(x[:i]), prior)[0, 0]
     assert closed == pytest.approx(chain, rel=1e-10)
+
+
+def test_log_joint_is_the_crp_weight_plus_each_components_chain_rule_marginal():
+    # log p(X, z) = sum_c [log alpha + log Gamma(n_c) + log p(X_c)], each p(X_c) by the chain rule of the
+    # predictives (found by mutation testing: log_joint with - log p(X_c) survived every test)
+    rng = np.random.default_rng(5)
+    x, z, alpha = rng.normal(size=(9, 2)), np.array([0, 0, 1, 1, 1, 2, 0, 2, 1]), 0.7
+    prior = dp_moves.NormalGammaPrior.from_data(x)
+    expected = 0.0
+    for c in range(3):
+        rows = x[z == c]
+        expected += np.log(alpha) + gammaln(len(rows))
+        for i in range(len(rows)):
+            stats = dp_moves.component_stats(rows[:i], np.zeros(i, int), 1)
+            expected += dp_moves.log_predictive(rows[i:i + 1], *stats, prior)[0, 0]
+    assert dp_moves.log_joint(x, z, prior, alpha) == pytest.approx(expected, rel=1e-10)
 
 
 def test_merge_moves_join_the_pieces_of_a_blob_and_keep_blobs_apart():
