@@ -398,7 +398,8 @@ def test_fit_dp_merge_history_is_each_rounds_k_and_log_p_under_its_prior_and_the
     x, _ = _gaussian_blobs([[0, 0, 0], [5, 0, 0], [0, 5, 0], [0, 0, 5]], n_per=50)
     x32 = x.astype(np.float32)                      # a PCA of the pixels arrives in float32
     z, info = dp_moves.fit_dp_merge(x32, k_start=30, alpha=1.0, seed=0)
-    x64, prior = x32.astype(np.float64), dp_moves.NormalGammaPrior.from_data(x32.astype(np.float64), dof=2.0)
+    x64 = x32.astype(np.float64)
+    prior = dp_moves.NormalGammaPrior.from_data(x64, dof=2.0)
     k_last, log_p_last = info["history"][-1]
     assert k_last == len(np.unique(z)) == z.max() + 1
     assert log_p_last == pytest.approx(dp_moves.log_joint(x64, z, prior, 1.0), rel=1e-12, abs=0)
