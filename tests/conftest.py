@@ -1,7 +1,14 @@
 """Shared test setup: quiet, small and reproducible.
 
 Environment (set before anything from signclust is imported, and inherited by the
-subprocesses the CLI tests start): no MLflow logging, numba limited to 2 threads.
+subprocesses the CLI tests start): no MLflow logging, and one thread count for every pool --
+numba, OpenMP (torch), MKL, OpenBLAS: ``SIGNCLUST_TEST_THREADS``, default 2 (CI's machine), whatever
+the caller's shell sets. A fit's floats depend on the thread count, and a mixed state is the worst:
+with OMP_NUM_THREADS=MKL_NUM_THREADS=1 in the shell (scripts/mutation.sh set them) torch began at
+one thread, numba's import raised its OpenMP pool to 2 midway, MKL stayed at 1, and
+test_coarse_contexts_join_the_forms_of_a_sign_split_by_hand failed (the coarse contexts joined the
+two hands' forms on 1 of 3 draws instead of 3; K 9 and V 0.78 on draws 1 and 2 where 2 threads give
+K 6 and 5, V 0.93 and 0.96).
 
 Fixtures
 --------
@@ -21,7 +28,9 @@ from __future__ import annotations
 import os
 
 os.environ["SIGNCLUST_MLFLOW"] = "0"
-os.environ["SIGNCLUST_THREADS"] = "2"
+TEST_THREADS = os.environ.get("SIGNCLUST_TEST_THREADS", "2")
+for _pool in ("SIGNCLUST_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_pool] = TEST_THREADS
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 import subprocess  # noqa: E402
@@ -30,9 +39,14 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 
 from signclust.data.corpus import Corpus  # noqa: E402
+
+# torch may have been imported before this file (mutmut's forkserver preloads it): the environment
+# above came too late for it, so its OpenMP and MKL pools are set here as well
+torch.set_num_threads(int(TEST_THREADS))
 
 SHAPES = ("bar", "column", "ring", "cross", "triangle", "dot")
 
