@@ -1801,6 +1801,9 @@ def test_two_means_cuts_two_blobs_the_same_way_every_time():
     assert len(set(side[:15])) == 1 and len(set(side[15:])) == 1 and side[0] != side[-1]
     assert np.array_equal(side, L.two_means(x))
     assert not L.two_means(np.ones((6, 4))).any()                       # nothing to cut: one side
+    # the start is the principal axis of the *centred* rows: a shift of the features (here one that a
+    # single overall mean would not remove) moves no point across the cut
+    assert np.array_equal(L.two_means(x + np.array([100.0, -100.0, 0.0, 0.0])), side)
 
 
 def _two_signs_in_one_type(shared_texts: bool):
