@@ -1,4 +1,5 @@
-"""CI-sized reproduction of the committed tables (slow: builds the real corpora and fits real methods).
+"""CI-sized reproduction of the committed tables (the tests marked slow build the real corpora and fit real
+methods; the others judge synthetic or committed files in under a second and run in the fast tier).
 
 One run of `python -m signclust.reports.reproduce` regenerates reports/ci/comparison.md and, where
 MNIST and Fashion-MNIST are installed, reports/ci/paper_check.md; the tests assert its verdicts: every
@@ -26,7 +27,7 @@ from signclust.evaluation import evaluate as ev
 from signclust.io import write_json
 from signclust.reports import reproduce as rp
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow
 
 PARAMS = load_params()
 CFG = PARAMS["reproduce"]
@@ -50,6 +51,7 @@ def _part(doc, part):
     return [v for v in doc["verdicts"] if v["part"] == part]
 
 
+@slow
 def test_paper_data_is_installed():
     if MISSING:
         message = "the paper check's data is missing: " + "; ".join(MISSING)
@@ -58,6 +60,7 @@ def test_paper_data_is_installed():
         pytest.skip(message)
 
 
+@slow
 def test_every_configured_row_and_figure_is_reproduced(reproduction):
     first_only = CFG.get("first_seed_only") or {}
     reduced = CFG.get("reduced") or {}
@@ -72,28 +75,33 @@ def test_every_configured_row_and_figure_is_reproduced(reproduction):
     assert len(_part(reproduction, "claim")) == n_claims
 
 
+@slow
 @needs_paper_data
 def test_every_paper_figure_is_reproduced(reproduction):
     n_figures = sum(len(c["figures"]) for c in PARAMS["paper_check"]["checks"])
     assert len(_part(reproduction, "paper")) == n_figures
 
 
+@slow
 def test_comparison_rows_match_the_committed_table(reproduction):
     table = _part(reproduction, "table")
     assert all(v["ok"] for v in table), _failures(table)
 
 
+@slow
 @needs_paper_data
 def test_paper_check_matches_the_committed_one(reproduction):
     paper = _part(reproduction, "paper")
     assert all(v["ok"] for v in paper), _failures(paper)
 
 
+@slow
 def test_claims_hold(reproduction):
     claims = _part(reproduction, "claim")
     assert all(v["ok"] for v in claims), _failures(claims)
 
 
+@slow
 def test_every_precision_reference_was_written_from_this_code(reproduction):
     """A reference row written from other code than the rows this reproduction fitted is not read
     (a float32 CI then judges lm against the bf16 fits): each committed reference folder must carry
@@ -110,6 +118,7 @@ def test_every_precision_reference_was_written_from_this_code(reproduction):
                          "python -m signclust.reports.reproduce --write-reference; README, Paper tables in CI)")
 
 
+@slow
 def test_ci_tables_are_written(reproduction):
     comparison = (OUT / "comparison.md").read_text()
     for run, corpus in rp.table_rows(CFG):
@@ -122,6 +131,7 @@ def test_ci_tables_are_written(reproduction):
     assert f"**{len(reproduction['verdicts'])} of {len(reproduction['verdicts'])} hold.**" in verdicts
 
 
+@slow
 def test_table_part_against_committed_files_made_here(tmp_path):
     """The whole table part (prepare -> distances -> train -> evaluate -> verdicts) on a small
     Akkadian corpus, judged against committed metrics written by an earlier run in tmp_path: nothing
@@ -355,6 +365,7 @@ def test_write_reference_refuses_a_precision_without_a_reference_folder(tmp_path
     assert not any(tmp_path.iterdir())
 
 
+@slow
 @needs_paper_data
 def test_dpgmm_on_the_papers_features_reproduces_its_study(tmp_path):
     """docs/baselines.md: the DP-GMM on the DeepDPM paper's own features (the `paper_umap` preset),
