@@ -249,3 +249,44 @@ def test_a_bad_fit_seed_is_one_error_before_any_trial(tiny_corpus, saved_corpus,
     assert out.stderr.strip().splitlines() == ["error: tune.fit_seed is [1, 1]: a seed (an integer) or a list of "
                                                "distinct seeds"]
     assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("case", ["report_on_missing", "report_on_unlabelled", "storage_dialect", "reports_not_a_folder",
+                                  "params_dir_not_a_folder"])
+def test_what_a_study_needs_at_its_end_is_one_error_before_any_trial(case, tiny_corpus, saved_corpus, tmp_path):
+    """A misspelt or unlabelled --report-on corpus was found only after every trial ran; an output folder
+    that cannot be written failed after the trials too (with the tuned-parameters file already written);
+    a storage URL SQLAlchemy cannot open was a traceback of 37 to 125 lines. Each is now one line, exit 2,
+    before the first trial, and nothing is written."""
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(_params()))
+    corpus_dir = saved_corpus(tiny_corpus(per_type=5, n_texts=3), "tiny")
+    unlabelled = tiny_corpus(per_type=5, n_texts=3)
+    unlabelled.tokens["label"] = ""
+    unlabelled_dir = saved_corpus(unlabelled, "unlabelled")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("keep")
+    reports, params_dir = tmp_path / "reports", tmp_path / "params"
+    extra, message = {
+        "report_on_missing": (["--report-on", "nosuch", "--report-on-dir", str(tmp_path / "corpora" / "nosuch")],
+                              "error: no corpus 'nosuch'"),
+        "report_on_unlabelled": (["--report-on", "unlabelled", "--report-on-dir", str(unlabelled_dir)],
+                                 "error: --report-on corpus 'unlabelled' has no gold labels to report against"),
+        "storage_dialect": (["--storage", "bogus://x"],
+                            "error: cannot open Optuna storage bogus://x: Can't load plugin: sqlalchemy.dialects:bogus"),
+        "reports_not_a_folder": (["--reports", str(a_file / "reports")],
+                                 f"error: --reports {a_file / 'reports'}: {a_file} is not a folder"),
+        "params_dir_not_a_folder": (["--params-dir", str(a_file / "params")],
+                                    f"error: --params-dir {a_file / 'params'}: {a_file} is not a folder"),
+    }[case]
+    args = {"--storage": f"sqlite:///{tmp_path / 'o.db'}", "--reports": str(reports), "--params-dir": str(params_dir)}
+    for flag, value in zip(extra[::2], extra[1::2]):
+        args[flag] = value
+    out = subprocess.run([sys.executable, "-m", "signclust.cli", "--params", str(params_file), "tune", "--method",
+                          "ward", "--corpus", "tiny", "--corpus-dir", str(corpus_dir),
+                          *[x for kv in args.items() for x in kv]],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, SIGNCLUST_MLFLOW="0"))
+    lines = [line for line in out.stderr.strip().splitlines() if "Warning" not in line and "optuna_warn" not in line]
+    assert out.returncode == 2 and "trial 0" not in out.stdout, out.stdout + out.stderr
+    assert len(lines) == 1 and lines[0].startswith(message), out.stderr
+    assert not reports.exists() and not params_dir.exists() and a_file.read_text() == "keep"

@@ -38,14 +38,18 @@ def make_storage(url: str, cfg: dict):
     """An RDB storage (any SQLAlchemy URL) with heartbeats, so killed trials are retried."""
     import optuna
     from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+    from sqlalchemy.exc import SQLAlchemyError
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
         return RDBStorage(url, engine_kwargs=engine_kwargs,
                           heartbeat_interval=int(cfg["heartbeat_s"]), grace_period=int(cfg["grace_s"]),
                           heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
                               max_retry=cfg["max_retry"]))
-    except (optuna.exceptions.StorageInternalError, ImportError, ValueError) as err:
-        raise UserError(f"cannot open Optuna storage {redact(url)}: {err}") from err
+    except (optuna.exceptions.StorageInternalError, SQLAlchemyError, ImportError, ValueError) as err:
+        # SQLAlchemy's own errors (an unknown dialect, a database file that cannot be opened) end in a
+        # multi-line "Background on this error" paragraph: the first line says what went wrong
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"cannot open Optuna storage {redact(url)}: {first}") from err
 
 
 def journal_storage(path: str | Path):

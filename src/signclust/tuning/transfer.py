@@ -18,6 +18,15 @@ from signclust.tuning.objective import fit_and_score
 from signclust.tuning.study import base_config, best_config
 
 
+def report_corpus(report_on: str, report_on_dir: Path | None, mmap: bool = False) -> Corpus:
+    """The ``--report-on`` corpus, or one UserError: it must exist and have gold labels. ``tune`` calls it
+    before the first trial too, so that a misspelt name is not found only after the whole budget."""
+    corpus = Corpus.load(report_on_dir or REPO_ROOT / "data" / "corpora" / report_on, mmap=mmap)
+    if not corpus.has_labels:
+        raise UserError(f"--report-on corpus '{report_on}' has no gold labels to report against")
+    return corpus
+
+
 def transfer_configs(method: str, params: dict, cfg: dict, study) -> dict:
     return {"tuned": best_config(study, method, params, cfg)[1], "configured": base_config(method, params, cfg)}
 
@@ -36,10 +45,7 @@ def run_transfer(method: str, tuning_corpus: str, report_on: str, report_on_dir:
     if report_on == tuning_corpus:
         raise UserError("--report-on must name a different corpus than --corpus: never tune and report "
                         "on the same gold labels")
-    corpus = Corpus.load(report_on_dir or REPO_ROOT / "data" / "corpora" / report_on)
-    if not corpus.has_labels:
-        raise UserError(f"--report-on corpus '{report_on}' has no gold labels to report against")
-    data = CorpusData(corpus, report_on)
+    data = CorpusData(report_corpus(report_on, report_on_dir), report_on)
     device = (params.get("train") or {}).get("device", "auto")
     eval_cfg = ev.config(params)
     out = {"corpus": report_on, "seeds": seeds, "trial": study.best_trial.number, "configs": configs}

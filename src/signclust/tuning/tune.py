@@ -45,6 +45,7 @@ labelled corpus over ``tune.report_seeds`` (signclust.tuning.transfer).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import warnings
 from pathlib import Path
@@ -129,6 +130,19 @@ def run_parent(spec: StudySpec, params: dict, cfg: dict, workers_n: int, report_
     return outputs
 
 
+def check_writable(folder: Path, what: str) -> None:
+    """One UserError unless ``folder`` can be made or written: its nearest existing ancestor must be a
+    writable folder."""
+    folder = Path(folder).absolute()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{what} {folder}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {folder} cannot be written ({existing} is not writable)")
+
+
 @cli_main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -187,6 +201,15 @@ def main(argv=None):
     if args.report_on and args.report_on == args.corpus:
         raise UserError("--report-on must name a different corpus than --corpus: never tune and report "
                         "on the same gold labels")
+    if not args.worker:
+        # what a study needs at its end is checked before its first trial: a misspelt --report-on, an
+        # unlabelled one, or an output folder that cannot be written would otherwise stop it after the
+        # whole budget (and a tuned-parameters file written without its report)
+        if args.report_on:
+            transfer.report_corpus(args.report_on, args.report_on_dir, mmap=True)
+        check_writable(spec.reports, "--reports")
+        check_writable(Path(spec.params_out).parent if spec.params_out else spec.params_dir,
+                       "--params-out's folder" if spec.params_out else "--params-dir")
     if args.worker:
         workers.run_worker(spec, params, cfg, args.n_trials, args.worker_index, args.seen_trials, args.parent_run_id)
         return
