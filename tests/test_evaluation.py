@@ -365,6 +365,47 @@ def test_table_without_metrics_is_a_user_error(tmp_path):
         table.build(tmp_path, tmp_path / "c.md", None, None)
 
 
+def test_a_corrupt_metrics_or_timings_file_is_one_error_naming_it(tmp_path):
+    """A metrics or timings file that is not JSON (a merge conflict, a truncated copy) was a
+    JSONDecodeError traceback from `signclust report`, `tune-summary` and the suite report: now one
+    UserError that names the file, where it stopped parsing and what to do."""
+    from signclust.tuning import summary
+    metrics, timings = tmp_path / "metrics", tmp_path / "timings"
+    metrics.mkdir(), timings.mkdir()
+    (metrics / "alpha_cyp.json").write_text(json.dumps(metrics_doc("alpha", "cyp", 0.5, 0.0)))
+    (timings / "alpha_cyp.json").write_text('{"per_seed": {<<<<<<< HEAD')
+    with pytest.raises(UserError, match=r"timings/alpha_cyp.json cannot be read as the train stage's timings "
+                                        r"\(line 1 column 15: .*\); restore it"):
+        table.build(metrics, tmp_path / "c.md", None, None, timings_dir=timings)
+    (metrics / "beta_cyp.json").write_text("")
+    with pytest.raises(UserError, match=r"beta_cyp.json cannot be read as the evaluate stage's metrics \(line 1 column 1"):
+        table.build(metrics, tmp_path / "c.md", None, None)
+    (metrics / "beta_cyp.json").write_text("[1, 2]")
+    with pytest.raises(UserError, match=r"beta_cyp.json does not hold the evaluate stage's metrics \(a JSON list, not an object\)"):
+        table.build(metrics, tmp_path / "c.md", None, None)
+    assert not (tmp_path / "c.md").exists()
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    (studies / "lm_cyp_supervised.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(UserError, match="lm_cyp_supervised.json cannot be read as a tune summary; restore it"):
+        summary.load_studies(studies)
+
+
+def test_the_table_and_its_figure_are_written_together_or_not_at_all(tmp_path):
+    """`signclust report` wrote the new table, then failed on a figure folder it could not write,
+    leaving a table beside an old (or no) figure; now neither is written."""
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "alpha_cyp.json").write_text(json.dumps(metrics_doc("alpha", "cyp", 0.5, 0.0)))
+    (tmp_path / "a_file").write_text("keep")
+    with pytest.raises(OSError):
+        table.build(metrics, tmp_path / "c.md", tmp_path / "a_file" / "c.png", None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "metrics"]
+    table.build(metrics, tmp_path / "c.md", tmp_path / "figures" / "c.png", None)
+    assert (tmp_path / "c.md").is_file() and (tmp_path / "figures" / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["c.png"]
+
+
 # -- inventory -------------------------------------------------------------------------------------
 
 def glyph(kind: str, rng) -> np.ndarray:

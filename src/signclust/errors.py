@@ -2,11 +2,29 @@
 from __future__ import annotations
 
 import functools
+import json
 import sys
+from pathlib import Path
 
 
 class UserError(Exception):
     """Bad input or configuration: shown to the user as one line, exit status 2."""
+
+
+def read_json(path: str | Path, kind: str = "a JSON object"):
+    """The JSON document of a file a stage reads back (metrics, timings, a study summary), as a dict;
+    a file that is not one (a merge conflict's markers, a truncated copy, an editor's leftovers) is one
+    UserError naming it and ``kind`` (what it should be), not a JSONDecodeError traceback."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        where = f" (line {err.lineno} column {err.colno}: {err.msg})" if isinstance(err, json.JSONDecodeError) else ""
+        raise UserError(f"{path} cannot be read as {kind}{where}; restore it (git or dvc checkout) "
+                        "or run the stage that writes it again") from err
+    if not isinstance(doc, dict):
+        raise UserError(f"{path} does not hold {kind} (a JSON {type(doc).__name__}, not an object)")
+    return doc
 
 
 def cli_main(fn):

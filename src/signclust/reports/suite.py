@@ -32,13 +32,12 @@ silently drops a row.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from signclust.config import REPO_ROOT, load_params
-from signclust.errors import UserError, cli_main
+from signclust.errors import UserError, cli_main, read_json
 from signclust.io import atomic_path, atomic_write_text
 from signclust.reports.table import add_wall_time, fresh_seconds, machine_name, machines_section
 from signclust.reports.tune_report import reaches
@@ -85,7 +84,7 @@ def load(metrics_dir: Path, runs: list[str], corpora: list[str]) -> dict[tuple[s
         for run in runs:
             path = Path(metrics_dir) / f"{run}_{corpus}.json"
             if path.is_file():
-                docs[run, corpus] = json.loads(path.read_text())
+                docs[run, corpus] = read_json(path, "the evaluate stage's metrics")
             else:
                 missing.append(path.name)
     if missing:
@@ -106,7 +105,7 @@ def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = F
     timings_dir = Path(timings_dir) if timings_dir is not None else Path(metrics_dir).parent / "timings"
     for c in cfg["corpora"]:
         path = timings_dir / f"{cfg['ours']}_{c}.json"
-        doc = json.loads(path.read_text()) if path.is_file() else {}
+        doc = read_json(path, "the train stage's timings") if path.is_file() else {}
         fresh = fresh_seconds(doc)
         if not fresh:
             side["missing"].append(f"{path.name} (resumed fits only)" if doc else path.name)
@@ -119,7 +118,7 @@ def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = F
         if not path.is_file():
             side["missing"].append(path.name)
             continue
-        variants = json.loads(path.read_text())["variants"]
+        variants = read_json(path, "the ablation's metrics").get("variants") or {}
         if cfg["context_ablation"] not in variants:
             raise UserError(f"{path.name} has no variant {cfg['context_ablation']!r} (report.suite.context_ablation); "
                             f"it has {', '.join(variants)}")
@@ -129,7 +128,7 @@ def load_side(cfg: dict, metrics_dir: Path, studies_dir: Path, partial: bool = F
         if not path.is_file():
             side["missing"].append(path.name)
             continue
-        doc = json.loads(path.read_text())
+        doc = read_json(path, "a tune summary")
         for score in LABEL_FREE:
             agree = (doc.get("agreement") or {}).get(f"{score}_vs_v") or {}
             side["rho"][score][name] = (doc["corpus"], agree.get("rho"), int(agree.get("n") or 0))

@@ -17,14 +17,14 @@ Methods appear in the order of params.yaml ``report.methods`` (others after it, 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 from pathlib import Path
 
 import numpy as np
 
 from signclust.config import REPO_ROOT, load_params
-from signclust.errors import UserError, cli_main
-from signclust.io import atomic_path, atomic_write_text
+from signclust.errors import UserError, cli_main, read_json
+from signclust.io import atomic_path
 
 # (metric key, column header, format of mean/std); ratios get 3 decimals, counts and seconds fewer
 COLUMNS = [
@@ -47,7 +47,7 @@ def load_metrics(metrics_dir: Path, corpora: list | None = None, timings_dir: Pa
     for path in sorted(Path(metrics_dir).glob("*.json")):
         if path.name.startswith("ablation_"):   # the ablation stage's metrics share the folder
             continue
-        doc = json.loads(path.read_text())
+        doc = read_json(path, "the evaluate stage's metrics")
         if "mean" not in doc or "corpus" not in doc:
             raise UserError(f"{path} is not an evaluate metrics file (no 'mean'/'corpus')")
         if corpora is not None and doc["corpus"] not in corpora:
@@ -70,7 +70,7 @@ def add_wall_time(doc: dict, path: Path) -> None:
     """The mean/std wall time of a timings file's fresh fits, and the machine they ran on, into ``doc``."""
     if not path.is_file():
         return
-    timings = json.loads(path.read_text())
+    timings = read_json(path, "the train stage's timings")
     doc["machine"] = machine_name(timings.get("platform"))
     fresh = fresh_seconds(timings)
     if fresh:
@@ -174,7 +174,8 @@ def render_markdown(docs: list[dict], preferred: list | None = None,
 
 
 def bar_chart(docs: list[dict], order: list[str], path: Path) -> None:
-    """One panel per corpus: native and fixed-K V-measure per method, std as error bars."""
+    """One panel per corpus: native and fixed-K V-measure per method, std as error bars, saved at
+    ``path`` (the caller's temporary file: ``build`` renames it with the table)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -198,8 +199,7 @@ def bar_chart(docs: list[dict], order: list[str], path: Path) -> None:
     axes[0, 0].set_ylabel("V-measure (mean ± std over seeds)")
     axes[0, -1].legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -208,9 +208,13 @@ def build(metrics_dir: Path, out_md: Path, out_png: Path | None, preferred: list
           source: str = "python -m signclust.reports.table") -> str:
     docs = load_metrics(metrics_dir, corpora, timings_dir)
     text = render_markdown(docs, preferred, source)
-    atomic_write_text(out_md, text)
-    if out_png is not None:
-        bar_chart(docs, method_order({d["method"] for d in docs}, preferred), out_png)
+    # the table and its figure are written together or not at all: both go to temporary files first,
+    # so a figure folder that cannot be written no longer leaves a new table beside an old figure
+    with atomic_path(out_md) as tmp_md, \
+            (atomic_path(out_png) if out_png is not None else contextlib.nullcontext()) as tmp_png:
+        tmp_md.write_text(text)
+        if out_png is not None:
+            bar_chart(docs, method_order({d["method"] for d in docs}, preferred), tmp_png)
     return text
 
 

@@ -24,13 +24,12 @@ colleague's) is refused before any trial runs, unless ``--replace``.
 """
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from signclust.config import REPO_ROOT, deep_update
-from signclust.errors import UserError
+from signclust.errors import UserError, read_json
 
 DEFAULTS: dict = {
     "trials": 20,
@@ -189,7 +188,7 @@ def guard_outputs(study, spec: StudySpec) -> None:
     out = spec.outputs()
     if not out["summary"].exists() or spec.replace:
         return
-    summary = json.loads(out["summary"].read_text())
+    summary = read_json(out["summary"], "a tune summary")
     if same_study(summary, study):
         return
     journal = out["journal"]

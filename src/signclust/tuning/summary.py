@@ -11,11 +11,10 @@ tuned LM clusterer with tuned baselines; the reporting corpus never served for t
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from signclust.config import REPO_ROOT
-from signclust.errors import UserError, cli_main
+from signclust.errors import UserError, cli_main, read_json
 from signclust.io import atomic_write_text
 
 
@@ -23,7 +22,7 @@ def load_studies(studies_dir: Path, side: bool = False) -> list[dict]:
     """The study summaries; side studies (made with --name: ``published`` false) only with ``side``."""
     docs = []
     for path in sorted(Path(studies_dir).glob("*.json")):
-        doc = json.loads(path.read_text())
+        doc = read_json(path, "a tune summary")
         if "study" not in doc or "trials" not in doc:
             raise UserError(f"{path} is not a tune summary (no 'study'/'trials')")
         if doc.get("published", True) or side:
