@@ -361,8 +361,14 @@ def test_table_cli_corpora_keeps_only_those(tmp_path, monkeypatch):
 
 
 def test_table_without_metrics_is_a_user_error(tmp_path):
-    with pytest.raises(UserError):
+    with pytest.raises(UserError, match="no metrics files in"):
         table.build(tmp_path, tmp_path / "c.md", None, None)
+    with pytest.raises(UserError, match="no metrics folder .*nosuch; run the evaluate stage first"):
+        table.build(tmp_path / "nosuch", tmp_path / "c.md", None, None)
+    # a misspelt corpus used to read "no metrics files" although the folder held some
+    (tmp_path / "alpha_cyp.json").write_text(json.dumps(metrics_doc("alpha", "cyp", 0.5, 0.0)))
+    with pytest.raises(UserError, match=r"no metrics of cypr in .* \(it has cyp\); check the corpus names"):
+        table.build(tmp_path, tmp_path / "c.md", None, None, corpora=["cypr"])
 
 
 def test_a_corrupt_metrics_or_timings_file_is_one_error_naming_it(tmp_path):

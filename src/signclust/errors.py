@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +29,22 @@ def read_json(path: str | Path, kind: str = "a JSON object"):
     return doc
 
 
+# the temporary files of signclust.io.atomic_path / atomic_dir: .<name>.<pid>.<random>.tmp[<suffix>]
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.\d+\.[^.]+\.tmp(\.\w+)?$")
+
+
+def os_error_message(err: OSError) -> str:
+    """What failed and where. A write that failed on one of our temporary files (a read-only or full
+    folder) names the folder and the file being written, not the temporary name."""
+    if not err.filename:
+        return str(err.strerror or err)
+    path = str(err.filename)
+    temp = _TEMP_NAME.match(os.path.basename(path))
+    if temp:
+        return f"cannot write {os.path.join(os.path.dirname(path), temp['name'])}: {err.strerror or err}"
+    return f"{err.strerror or err}: {path}"
+
+
 def cli_main(fn):
     """Wrap a stage's main(): UserError, and an OSError from the file system (a read-only or full
     disk, a folder where a file was expected), -> one line on stderr and exit 2."""
@@ -38,8 +56,7 @@ def cli_main(fn):
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
         except OSError as err:
-            where = f": {err.filename}" if err.filename else ""
-            print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+            print(f"error: {os_error_message(err)}", file=sys.stderr)
             sys.exit(2)
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

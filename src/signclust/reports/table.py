@@ -43,7 +43,9 @@ MISSING = "–"
 def load_metrics(metrics_dir: Path, corpora: list | None = None, timings_dir: Path | None = None) -> list[dict]:
     """The evaluate stage's documents (of ``corpora`` when given), each with the mean/std wall time
     of its fresh fits from ``timings_dir`` (a fit resumed from a checkpoint is left out of it)."""
-    docs = []
+    if not Path(metrics_dir).is_dir():
+        raise UserError(f"no metrics folder {metrics_dir}; run the evaluate stage first (dvc repro)")
+    docs, others = [], set()
     for path in sorted(Path(metrics_dir).glob("*.json")):
         if path.name.startswith("ablation_"):   # the ablation stage's metrics share the folder
             continue
@@ -51,10 +53,14 @@ def load_metrics(metrics_dir: Path, corpora: list | None = None, timings_dir: Pa
         if "mean" not in doc or "corpus" not in doc:
             raise UserError(f"{path} is not an evaluate metrics file (no 'mean'/'corpus')")
         if corpora is not None and doc["corpus"] not in corpora:
+            others.add(doc["corpus"])
             continue
         if timings_dir is not None:
             add_wall_time(doc, Path(timings_dir) / f"{doc['method']}_{doc['corpus']}.json")
         docs.append(doc)
+    if not docs and others:
+        raise UserError(f"no metrics of {', '.join(corpora)} in {metrics_dir} (it has {', '.join(sorted(others))}); "
+                        "check the corpus names or run their evaluate stages first")
     if not docs:
         raise UserError(f"no metrics files in {metrics_dir}; run the evaluate stage first")
     return docs
