@@ -195,3 +195,31 @@ def test_cli_without_paper_data_is_one_error_unless_only_the_table(tmp_path, mon
     assert stop.value.code == 2 and len(err) == 1 and "mnist_test" in err[0] and "--only table" in err[0]
     assert ran == []
     assert rp.main(["--only", "table", "--out", str(tmp_path)]) == 0 and ran == [("table",)]
+
+
+def test_claim_verdicts_report_what_was_compared_and_survive_an_absent_row():
+    """Each claim kind's whole verdict, as reproduction.md prints it: what is claimed, the CI figure, the
+    committed one where there is one, the bound and the note; a claim on a row that was not reproduced
+    fails with a note saying so instead of raising (mutation testing: a K claim on an absent row raised
+    a TypeError, and no test read any field but ``ok``)."""
+    docs = [_doc("lm", "c", {0: 0.66}, k=12, k_true=10), _doc("ward", "c", {0: 0.60})]
+    cfg = {"claims": [{"corpus": "c", "a": "lm", "b": "ward", "margin": 0.05},
+                      {"corpus": "c", "a": "lm", "b": "absent", "margin": 0.0, "what": "lm beats a missing row"},
+                      {"corpus": "c", "run": "lm", "k_within": 0.2},
+                      {"corpus": "c", "run": "absent", "k_within": 0.2},
+                      {"corpus": "c", "run": "lm", "v_min": 0.5},
+                      {"corpus": "c", "run": "absent", "v_min": 0.0}]}
+    got = rp.claim_verdicts(docs, cfg)
+    assert got[0] == pytest.approx({"part": "claim", "what": "lm beats ward on c", "committed": None,
+                                    "ci": 0.06, "tolerance": 0.05, "ok": True, "note": "V(lm) - V(ward) >= 0.05"})
+    assert got[1] == {"part": "claim", "what": "lm beats a missing row", "committed": None, "ci": None,
+                      "tolerance": 0.0, "ok": False, "note": "V(lm) - V(absent) >= 0.0: a row was not reproduced"}
+    assert got[2] == {"part": "claim", "what": "lm finds K within ±20% of the true number on c", "committed": 10,
+                      "ci": 12, "tolerance": 0.2, "ok": True, "note": "K found 12 vs true 10"}
+    assert got[3] == {"part": "claim", "what": "absent finds K within ±20% of the true number on c",
+                      "committed": None, "ci": None, "tolerance": 0.2, "ok": False,
+                      "note": "K within ±20%: the row was not reproduced"}
+    assert got[4] == {"part": "claim", "what": "lm reaches V >= 0.5 on c", "committed": None, "ci": 0.66,
+                      "tolerance": 0.5, "ok": True, "note": "V(lm) >= 0.5"}
+    assert got[5] == {"part": "claim", "what": "absent reaches V >= 0.0 on c", "committed": None, "ci": None,
+                      "tolerance": 0.0, "ok": False, "note": "V(absent) >= 0.0: the row was not reproduced"}

@@ -325,7 +325,8 @@ def claim_verdicts(docs: list[dict], cfg: dict) -> list[dict]:
             out.append({"part": "claim", "what": c.get("what") or f"{c['run']} finds K within "
                         f"±{c['k_within']:.0%} of the true number on {corpus}",
                         "committed": k_true, "ci": k, "tolerance": float(c["k_within"]), "ok": bool(ok),
-                        "note": f"K found {k} vs true {k_true}"})
+                        "note": f"K found {k} vs true {k_true}" if doc is not None else
+                                f"K within ±{c['k_within']:.0%}: the row was not reproduced"})
             continue
         if "v_min" in c:
             doc = by.get((c["run"], corpus))
