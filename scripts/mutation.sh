@@ -67,8 +67,19 @@ declare -A TARGETS=(
                signclust.models.lm_clusterer.x_near_rate__mutmut_* signclust.models.lm_clusterer.x_cohesion__mutmut_*
                signclust.models.lm_clusterer.x_knn_vote__mutmut_* signclust.models.lm_clusterer.x_crp_concentration__mutmut_*
                signclust.models.lm_clusterer.x_crp_seat_odds__mutmut_* signclust.models.lm_clusterer.x_coarse_symbols__mutmut_*"
+  # reproduce: how the CI reproduction judges a figure (reports/reproduce.py): the committed figure, seed and
+  # platform it is held to, the precision references and their stamps, the same-CPU and cross-CPU
+  # tolerances, the README's claims and the paper check's verdicts (not the fits, rendering or CLI)
+  [reproduce]="signclust.reports.reproduce.x_table_rows__mutmut_* signclust.reports.reproduce.x_reduced_params__mutmut_*
+               signclust.reports.reproduce.x_fit_stamp__mutmut_* signclust.reports.reproduce.x_committed_figure__mutmut_*
+               signclust.reports.reproduce.x_timings_record__mutmut_* signclust.reports.reproduce.x_committed_platform__mutmut_*
+               signclust.reports.reproduce.x_encoder_precision__mutmut_* signclust.reports.reproduce.x_precision_rows__mutmut_*
+               signclust.reports.reproduce.x_reference_for__mutmut_* signclust.reports.reproduce.x_cross_cpu_verdict__mutmut_*
+               signclust.reports.reproduce.x_table_verdicts__mutmut_* signclust.reports.reproduce.x__row_verdicts__mutmut_*
+               signclust.reports.reproduce.x_claim_verdicts__mutmut_* signclust.reports.reproduce.x_paper_verdicts__mutmut_*
+               signclust.reports.reproduce.x_missing_paper_data__mutmut_*"
 )
-ORDER=(lm_merge metrics evaluate lm swav twostage deepdpm jule dpgmm lm_select)
+ORDER=(lm_merge metrics evaluate lm swav twostage deepdpm jule dpgmm lm_select reproduce)
 modules=("$@")
 [ ${#modules[@]} -eq 0 ] && modules=("${ORDER[@]}")
 globs=()

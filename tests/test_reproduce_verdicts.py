@@ -200,8 +200,8 @@ def test_cli_without_paper_data_is_one_error_unless_only_the_table(tmp_path, mon
 def test_claim_verdicts_report_what_was_compared_and_survive_an_absent_row():
     """Each claim kind's whole verdict, as reproduction.md prints it: what is claimed, the CI figure, the
     committed one where there is one, the bound and the note; a claim on a row that was not reproduced
-    fails with a note saying so instead of raising (mutation testing: a K claim on an absent row raised
-    a TypeError, and no test read any field but ``ok``)."""
+    fails with a note saying so (mutation testing: no test had a K claim on an absent row, so a mutant
+    that raised a TypeError there survived, and no test read any field but ``ok``)."""
     docs = [_doc("lm", "c", {0: 0.66}, k=12, k_true=10), _doc("ward", "c", {0: 0.60})]
     cfg = {"claims": [{"corpus": "c", "a": "lm", "b": "ward", "margin": 0.05},
                       {"corpus": "c", "a": "lm", "b": "absent", "margin": 0.0, "what": "lm beats a missing row"},
