@@ -239,6 +239,11 @@ def test_encoder_precision_follows_the_cpus_bf16_hardware():
     chosen = rp.precision_rows(PARAMS, rows)
     assert chosen and all(run == "lm" for run, _ in chosen)
     assert set(chosen) == {(run, corpus) for run, corpus in rows if run == "lm"}
+    # a row of lm that sets its precision itself does not depend on the CPU's bf16 hardware (mutation
+    # testing: precision_rows reading the class defaults instead of the row's parameters survived)
+    params = copy.deepcopy(PARAMS)
+    params["runs"]["lm_float32"] = {"method": "lm", "params": {"encoder_precision": "fp32"}}
+    assert rp.precision_rows(params, [("lm", "cypriot"), ("lm_float32", "cypriot")]) == [("lm", "cypriot")]
 
 
 def test_the_run_record_keeps_kernel_caps_only_when_set(monkeypatch):

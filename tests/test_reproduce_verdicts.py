@@ -223,3 +223,38 @@ def test_claim_verdicts_report_what_was_compared_and_survive_an_absent_row():
                       "tolerance": 0.5, "ok": True, "note": "V(lm) >= 0.5"}
     assert got[5] == {"part": "claim", "what": "absent reaches V >= 0.0 on c", "committed": None, "ci": None,
                       "tolerance": 0.0, "ok": False, "note": "V(absent) >= 0.0: the row was not reproduced"}
+
+
+def test_paper_verdicts_whole_and_at_their_bounds(tmp_path):
+    """A paper-check verdict as reproduction.md prints it, for a row at the same setting exactly at its
+    tolerance (it holds: the bound is inclusive), a row reduced in CI, a row with no committed figure,
+    a row committed on another CPU when reproduce.cross_cpu has no paper bound (its own tolerance stays),
+    and a paper claim exactly at its bound (mutation testing: `<` for `<=`, the notes and the fields
+    survived every test)."""
+    row = {"method": "kmeans", "dataset": "mnist_test", "metric": "nmi", "n": 3000, "setting": "epochs=2",
+           "ours": 0.5, "paper": 0.75, "source": "JULE Table 3", "ci_tolerance": 0.25, "ci_reduced": False}
+    here = {"cpu": {"model": "this"}}
+    path = tmp_path / "paper_check.json"
+    path.write_text(json.dumps({"platform": here, "rows": [{**row, "ours": 0.75, "n": 10000}]}))
+    claims = {"paper_claims": [{"method": "kmeans", "metric": "nmi", "within": 0.25},
+                               {"method": "absent", "metric": "nmi", "within": 1.0}]}
+    same, claim, absent = rp.paper_verdicts([row], path, claims, here)
+    assert same == {"part": "paper", "what": "kmeans on mnist_test: nmi", "committed": 0.75, "ci": 0.5,
+                    "tolerance": 0.25, "ok": True, "note": "same setting"}
+    assert claim == {"part": "claim", "what": "kmeans nmi matches its paper", "committed": 0.75, "ci": 0.5,
+                     "tolerance": 0.25, "ok": True, "note": "JULE Table 3"}
+    assert absent == {"part": "claim", "what": "absent nmi matches its paper", "committed": None, "ci": None,
+                      "tolerance": 1.0, "ok": False, "note": "not run"}
+    (reduced,) = rp.paper_verdicts([{**row, "ci_reduced": True}], path, {}, here)
+    assert reduced["ok"] and reduced["note"] == "reduced in CI: n 3000 vs 10000, epochs=2"
+    (missing,) = rp.paper_verdicts([row], tmp_path / "absent.json", {}, here)
+    assert missing == {"part": "paper", "what": "kmeans on mnist_test: nmi", "committed": None, "ci": 0.5,
+                       "tolerance": 0.25, "ok": False, "note": "no committed row"}
+    (other,) = rp.paper_verdicts([{**row, "ours": 0.25}], path, {"cross_cpu": {"v_measure": 0.05}},
+                                 {"cpu": {"model": "other"}})
+    assert other == {"part": "paper", "what": "kmeans on mnist_test: nmi", "committed": 0.75, "ci": 0.25,
+                     "tolerance": 0.25, "ok": False,
+                     "note": "same setting; committed on another CPU, and reproduce.cross_cpu has no paper"}
+    (at_bound,) = rp.paper_verdicts([{**row, "ours": 0.25}], path, {"cross_cpu": {"paper": 0.5}},
+                                    {"cpu": {"model": "other"}})
+    assert at_bound["ok"] and at_bound["tolerance"] == 0.5       # the cross-CPU bound is inclusive too
