@@ -225,6 +225,9 @@ def test_encoder_precision_follows_the_cpus_bf16_hardware():
         return {"cpu": {"vector extensions": flags}}
     assert rp.encoder_precision(record("avx avx2 avx512_bf16 avx512f fma")) == "bf16"
     assert rp.encoder_precision(record("amx_bf16 amx_int8 amx_tile avx512f")) == "bf16"
+    # each AMX flag alone counts (mutation testing: dropping either from the set passed with both present)
+    assert rp.encoder_precision(record("amx_bf16 avx512f")) == "bf16"
+    assert rp.encoder_precision(record("amx_tile avx512f")) == "bf16"
     assert rp.encoder_precision(record("avx avx2 avx512f avx512vl fma")) == "fp32"
     assert rp.encoder_precision(record("avx avx2 fma sse")) == "fp32"
     assert rp.encoder_precision(None) is None
