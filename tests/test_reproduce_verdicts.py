@@ -258,3 +258,42 @@ def test_paper_verdicts_whole_and_at_their_bounds(tmp_path):
     (at_bound,) = rp.paper_verdicts([{**row, "ours": 0.25}], path, {"cross_cpu": {"paper": 0.5}},
                                     {"cpu": {"model": "other"}})
     assert at_bound["ok"] and at_bound["tolerance"] == 0.5       # the cross-CPU bound is inclusive too
+
+
+def test_table_verdicts_of_several_rows_same_and_other_cpu_whole(tmp_path):
+    """Two rows judged in one call (every row's verdicts kept), a row with no committed file (a failing
+    verdict for each of its figures, not only the first), a figure exactly at its tolerance (holds), a
+    figure the committed file lacks (the seed note kept), and the CPU: on the committing CPU a figure
+    that misses its tolerance fails even where reproduce.cross_cpu would hold it; on another CPU it is
+    held to cross_cpu, and keeps its own tolerance for a figure cross_cpu does not name (mutation
+    testing: `out = verdicts`, `break` for `continue`, `<` for `<=`, the platform lookup and the
+    notes all survived)."""
+    metrics, timings = tmp_path / "metrics", tmp_path / "timings"
+    metrics.mkdir(), timings.mkdir()
+    here, other = {"cpu": {"model": "this"}}, {"cpu": {"model": "other"}}
+    (metrics / "lm_c.json").write_text(json.dumps({"per_seed": {"seed0": {"v_measure": 0.5, "k_found": 40}}}))
+    (timings / "lm_c.json").write_text(json.dumps({"platform": here}))
+
+    def doc(run, platform):
+        return {"method": run, "corpus": "c", "per_seed": {"seed0": {"v_measure": 0.75, "k_found": 50, "ari": 0.3}},
+                "ci": {"reduced": False, "overrides": {}, "tolerance": 0.25, "platform": platform,
+                       "figures": ["v_measure", "k_found", "ari"]}}
+    cross = {"v_measure": 0.05, "k_found": 0.35}
+    seed0 = "seed 0 vs committed seed 0"
+    got = rp.table_verdicts([doc("lm", here), doc("ward", here)], metrics, cross)
+    assert got == [
+        {"part": "table", "what": "lm on c: v_measure", "tolerance": 0.25, "committed": 0.5, "ci": 0.75, "ok": True,
+         "note": seed0},
+        {"part": "table", "what": "lm on c: k_found", "tolerance": 0.25, "committed": 40, "ci": 50, "ok": False,
+         "note": seed0},
+        {"part": "table", "what": "lm on c: ari", "tolerance": 0.25, "committed": None, "ci": 0.3, "ok": False,
+         "note": seed0 + ": the committed lm_c.json has no such figure"},
+        *[{"part": "table", "what": f"ward on c: {key}", "tolerance": 0.25, "committed": None, "ci": value,
+           "ok": False, "note": "no committed ward_c.json"} for key, value in (("v_measure", 0.75), ("k_found", 50),
+                                                                              ("ari", 0.3))]]
+    elsewhere = rp.table_verdicts([doc("lm", other)], metrics, cross)
+    assert [(v["ok"], v["tolerance"]) for v in elsewhere] == [(True, 0.25), (True, 14.0), (False, 0.25)]
+    assert elsewhere[1]["note"] == seed0 + "; committed on another CPU: held to reproduce.cross_cpu"
+    (k,) = [v for v in rp.table_verdicts([doc("lm", other)], metrics, {"v_measure": 0.05}) if "k_found" in v["what"]]
+    assert (k["ok"], k["tolerance"]) == (False, 0.25)
+    assert k["note"] == seed0 + "; committed on another CPU, and reproduce.cross_cpu has no k_found"
