@@ -451,33 +451,3 @@ def test_dvc_exp_run_style_override_subprocess(tmp_path, small_corpus, run_cli, 
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == "error: deepcluster.epochs: -5 is not allowed (expected a whole number >= 1)"
 
-
-def test_a_write_that_fails_on_a_temporary_file_names_the_file_being_written(tmp_path, monkeypatch, capsys):
-    """Every output goes through a temporary file beside it; in a read-only or full folder the OSError
-    names that temporary file (`.m.json.28843.naevjay5.tmp.json`), which the one-line message used to
-    show. It now names the file being written; any other OSError keeps its own path."""
-    import errno
-    import tempfile
-
-    from signclust.errors import cli_main
-    from signclust.io import atomic_write_text
-
-    def read_only(prefix, suffix, dir):
-        raise OSError(errno.EROFS, "Read-only file system", os.path.join(dir, f"{prefix}naevjay5{suffix}"))
-    monkeypatch.setattr(tempfile, "mkstemp", read_only)
-
-    @cli_main
-    def write(path):
-        atomic_write_text(path, "{}")
-    with pytest.raises(SystemExit) as exc:
-        write(tmp_path / "m.json")
-    assert exc.value.code == 2
-    assert capsys.readouterr().err == f"error: cannot write {tmp_path / 'm.json'}: Read-only file system\n"
-    monkeypatch.undo()
-
-    @cli_main
-    def read(path):
-        return path.read_text()
-    with pytest.raises(SystemExit):
-        read(tmp_path / "missing.json")
-    assert capsys.readouterr().err == f"error: No such file or directory: {tmp_path / 'missing.json'}\n"

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from signclust.config import REPO_ROOT, load_params
-from signclust.errors import UserError, cli_main, read_json
+from signclust.errors import UserError, cli_main
 from signclust.io import atomic_path
+from signclust.json_files import read_json
 
 # (metric key, column header, format of mean/std); ratios get 3 decimals, counts and seconds fewer
 COLUMNS = [

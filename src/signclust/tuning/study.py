@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from signclust.config import REPO_ROOT, deep_update
-from signclust.errors import UserError, read_json
+from signclust.errors import UserError
+from signclust.json_files import read_json
 
 DEFAULTS: dict = {
     "trials": 20,

@@ -14,7 +14,8 @@ import argparse
 from pathlib import Path
 
 from signclust.config import REPO_ROOT
-from signclust.errors import UserError, cli_main, read_json
+from signclust.errors import UserError, cli_main
+from signclust.json_files import read_json
 from signclust.io import atomic_write_text
 
 
