@@ -268,20 +268,19 @@ def test_what_a_study_needs_at_its_end_is_one_error_before_any_trial(case, tiny_
     a_file.write_text("keep")
     reports, params_dir = tmp_path / "reports", tmp_path / "params"
     extra, message = {
-        "report_on_missing": (["--report-on", "nosuch", "--report-on-dir", str(tmp_path / "corpora" / "nosuch")],
+        "report_on_missing": ({"--report-on": "nosuch", "--report-on-dir": str(tmp_path / "corpora" / "nosuch")},
                               "error: no corpus 'nosuch'"),
-        "report_on_unlabelled": (["--report-on", "unlabelled", "--report-on-dir", str(unlabelled_dir)],
+        "report_on_unlabelled": ({"--report-on": "unlabelled", "--report-on-dir": str(unlabelled_dir)},
                                  "error: --report-on corpus 'unlabelled' has no gold labels to report against"),
-        "storage_dialect": (["--storage", "bogus://x"],
+        "storage_dialect": ({"--storage": "bogus://x"},
                             "error: cannot open Optuna storage bogus://x: Can't load plugin: sqlalchemy.dialects:bogus"),
-        "reports_not_a_folder": (["--reports", str(a_file / "reports")],
+        "reports_not_a_folder": ({"--reports": str(a_file / "reports")},
                                  f"error: --reports {a_file / 'reports'}: {a_file} is not a folder"),
-        "params_dir_not_a_folder": (["--params-dir", str(a_file / "params")],
+        "params_dir_not_a_folder": ({"--params-dir": str(a_file / "params")},
                                     f"error: --params-dir {a_file / 'params'}: {a_file} is not a folder"),
     }[case]
-    args = {"--storage": f"sqlite:///{tmp_path / 'o.db'}", "--reports": str(reports), "--params-dir": str(params_dir)}
-    for flag, value in zip(extra[::2], extra[1::2]):
-        args[flag] = value
+    args = {"--storage": f"sqlite:///{tmp_path / 'o.db'}", "--reports": str(reports), "--params-dir": str(params_dir),
+            **extra}
     out = subprocess.run([sys.executable, "-m", "signclust.cli", "--params", str(params_file), "tune", "--method",
                           "ward", "--corpus", "tiny", "--corpus-dir", str(corpus_dir),
                           *[x for kv in args.items() for x in kv]],

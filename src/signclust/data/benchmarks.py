@@ -106,8 +106,8 @@ def main(argv=None):
         raise UserError(f"--subset must be 0 (all images) or a positive count, not {args.subset}")
     # checked before anything is read: the corpus is written by replacing the folder whole, so OUT
     # must be a corpus (replaced, as `prepare` does) or new, never a user's folder or file
-    out = check_corpus_out(args.out or REPO_ROOT / "data" / "corpora" / (args.name + (f"_{args.subset}" if args.subset else "")),
-                           force=True)
+    default = REPO_ROOT / "data" / "corpora" / (args.name + (f"_{args.subset}" if args.subset else ""))
+    out = check_corpus_out(args.out or default, force=True)
     corpus = build(args.name, args.subset)
     corpus.save(out)
     c = corpus.counts()

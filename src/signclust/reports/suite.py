@@ -38,8 +38,8 @@ import numpy as np
 
 from signclust.config import REPO_ROOT, load_params
 from signclust.errors import UserError, cli_main
-from signclust.json_files import read_json
 from signclust.io import atomic_path, atomic_write_text
+from signclust.json_files import read_json
 from signclust.reports.table import add_wall_time, fresh_seconds, machine_name, machines_section
 from signclust.reports.tune_report import reaches
 from signclust.tuning.study import LABEL_FREE

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from signclust.config import REPO_ROOT
 from signclust.errors import UserError, cli_main
-from signclust.json_files import read_json
 from signclust.io import atomic_write_text
+from signclust.json_files import read_json
 
 
 def load_studies(studies_dir: Path, side: bool = False) -> list[dict]:

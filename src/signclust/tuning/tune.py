@@ -201,18 +201,17 @@ def main(argv=None):
     if args.report_on and args.report_on == args.corpus:
         raise UserError("--report-on must name a different corpus than --corpus: never tune and report "
                         "on the same gold labels")
-    if not args.worker:
-        # what a study needs at its end is checked before its first trial: a misspelt --report-on, an
-        # unlabelled one, or an output folder that cannot be written would otherwise stop it after the
-        # whole budget (and a tuned-parameters file written without its report)
-        if args.report_on:
-            transfer.report_corpus(args.report_on, args.report_on_dir, mmap=True)
-        check_writable(spec.reports, "--reports")
-        check_writable(Path(spec.params_out).parent if spec.params_out else spec.params_dir,
-                       "--params-out's folder" if spec.params_out else "--params-dir")
     if args.worker:
         workers.run_worker(spec, params, cfg, args.n_trials, args.worker_index, args.seen_trials, args.parent_run_id)
         return
+    # what a study needs at its end is checked before its first trial: a misspelt --report-on, an
+    # unlabelled one, or an output folder that cannot be written would otherwise stop it after the
+    # whole budget (and a tuned-parameters file written without its report)
+    if args.report_on:
+        transfer.report_corpus(args.report_on, args.report_on_dir, mmap=True)
+    check_writable(spec.reports, "--reports")
+    check_writable(Path(spec.params_out).parent if spec.params_out else spec.params_dir,
+                   "--params-out's folder" if spec.params_out else "--params-dir")
     signal.signal(signal.SIGTERM, workers.raise_interrupt)   # stop the workers too, their trials marked interrupted
     if objective == "supervised" and not Corpus.load(spec.corpus_dir, mmap=True).has_labels:
         raise UserError(f"corpus '{args.corpus}' has no gold labels: use a label-free --objective "
